@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import ansible_runner
@@ -24,7 +25,12 @@ def run_playbook(
     artifact_dir = Path(artifacts).resolve()
     artifact_dir.mkdir(parents=True, exist_ok=True)
     cmdline = " ".join(_quote(a) for a in extra_args)
-    envvars = {"ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg")}
+    bindir = str(Path(sys.executable).parent)
+    envvars = {
+        "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
+        # ansible-playbook comes from the same environment as this program.
+        "PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]),
+    }
     if "ANSIBLE_FORCE_COLOR" not in os.environ:
         envvars["ANSIBLE_FORCE_COLOR"] = "0"
     result = ansible_runner.run(
