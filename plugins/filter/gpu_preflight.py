@@ -6,6 +6,7 @@ Filters:
   gpu_preflight_verdicts(gpu_nvml, checks) -> list of verdicts
   gpu_preflight_failed(verdicts)          -> the verdicts whose status is "fail"
   gpu_preflight_report(verdicts)          -> one line per verdict, for people
+  gpu_preflight_summary(verdicts)         -> one line for the runner's checklist
 
 A verdict: ``{"check": name, "status": "pass"|"warn"|"fail"|"skip", "detail": text,
 "fix": text or None}``. ``checks`` carries what the inventory expects; see
@@ -149,29 +150,31 @@ def _gpu_checks(facts, checks):
             )
         )
 
-    if checks.get("uvm_present"):
-        verdicts.append(_verdict("nvidia_uvm", "pass", "/dev/nvidia-uvm present"))
-    else:
-        verdicts.append(
-            _verdict(
-                "nvidia_uvm",
-                "fail",
-                "/dev/nvidia-uvm is missing: CUDA cannot create a context without it",
-                "on the Proxmox node run `nvidia-modprobe -u -c=0` (loads nvidia-uvm and makes "
-                "the node), then allow its major from /proc/devices "
-                "(lxc.cgroup2.devices.allow: c <major>:* rwm) and bind it into the container "
-                "(lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file;"
-                " same for nvidia-uvm-tools)",
-            )
-        )
     return verdicts
+
+
+def _uvm_check(checks):
+    if checks.get("uvm_present"):
+        return _verdict("nvidia_uvm", "pass", "/dev/nvidia-uvm present")
+    return _verdict(
+        "nvidia_uvm",
+        "fail",
+        "/dev/nvidia-uvm is missing: CUDA cannot create a context without it",
+        "on the Proxmox node run `nvidia-modprobe -u -c=0` (loads nvidia-uvm and makes "
+        "the node), then allow its major from /proc/devices "
+        "(lxc.cgroup2.devices.allow: c <major>:* rwm) and bind it into the container "
+        "(lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file;"
+        " same for nvidia-uvm-tools)",
+    )
 
 
 def _disk_check(facts, checks):
     path = checks.get("model_store_path")
     need_gib = float(checks.get("model_store_min_free_gib") or 0)
     if not path or need_gib <= 0:
-        return _verdict("model_store_disk", "skip", "no model store size configured")
+        return _verdict(
+            "model_store_disk", "skip", "no size asked (gpu_facts_model_store_min_free_gib: 0)"
+        )
     disk = ((facts.get("host") or {}).get("disks") or {}).get(path) or {}
     if "free_mib" not in disk:
         return _verdict(
@@ -205,7 +208,7 @@ def _memory_check(facts, checks):
     build = checks.get("build") or {}
     jobs = int(build.get("jobs") or 0)
     if jobs <= 0:
-        return _verdict("build_memory", "skip", "no build cap configured")
+        return _verdict("build_memory", "skip", "no build asked (gpu_facts_build_jobs: 0)")
     host = facts.get("host") or {}
     available = host.get("memory_available_mib")
     if available is None:
@@ -255,7 +258,7 @@ def gpu_preflight_verdicts(facts, checks):
             for name in ("nvml", "gpu_count", "compute_capability", "driver", "nvidia_uvm")
         ]
     else:
-        verdicts = _gpu_checks(facts, checks)
+        verdicts = [*_gpu_checks(facts, checks), _uvm_check(checks)]
     verdicts.append(_disk_check(facts, checks))
     verdicts.append(_memory_check(facts, checks))
     return verdicts
@@ -263,6 +266,22 @@ def gpu_preflight_verdicts(facts, checks):
 
 def gpu_preflight_failed(verdicts):
     return [v for v in verdicts or [] if v.get("status") == "fail"]
+
+
+def gpu_preflight_summary(verdicts):
+    """One line for a checklist: "5 pass, 2 skip (no GPU)" or "1 fail (driver), 6 pass"."""
+    parts = []
+    for status in ("fail", "warn", "pass", "skip"):
+        picked = [v for v in verdicts or [] if v.get("status") == status]
+        if not picked:
+            continue
+        if status in ("fail", "warn"):
+            parts.append(f"{len(picked)} {status} ({', '.join(v['check'] for v in picked)})")
+        elif status == "skip" and all(v["detail"] == NO_GPU for v in picked):
+            parts.append(f"{len(picked)} skip (no GPU)")
+        else:
+            parts.append(f"{len(picked)} {status}")
+    return ", ".join(parts) or "no checks"
 
 
 def gpu_preflight_report(verdicts):
@@ -281,4 +300,5 @@ class FilterModule:
             "gpu_preflight_verdicts": gpu_preflight_verdicts,
             "gpu_preflight_failed": gpu_preflight_failed,
             "gpu_preflight_report": gpu_preflight_report,
+            "gpu_preflight_summary": gpu_preflight_summary,
         }

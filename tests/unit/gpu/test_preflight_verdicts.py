@@ -89,6 +89,8 @@ def test_no_driver_fails_with_the_nvml_text(fake_proc, recording):
     assert {verdicts[c]["status"] for c in ("gpu_count", "compute_capability", "driver")} == {
         "skip"
     }
+    # /dev/nvidia-uvm is judged on its own, NVML or not
+    assert verdicts["nvidia_uvm"]["status"] == "pass"
 
 
 def test_missing_pynvml_names_the_install_fix(fake_proc):
@@ -165,3 +167,14 @@ def test_report_lines():
         ]
     )
     assert lines == ["FAIL driver: too old -> fix: upgrade", "SKIP nvml: no GPU"]
+
+
+def test_summary(fake_proc):
+    lab = gpu_preflight.gpu_preflight_verdicts(
+        facts_for("no_driver_library", fake_proc), {**CHECKS, "expected_count": 0}
+    )
+    assert gpu_preflight.gpu_preflight_summary(lab) == "2 pass, 5 skip (no GPU)"
+    h200 = gpu_preflight.gpu_preflight_verdicts(facts_for("h200_idle", fake_proc), CHECKS)
+    assert gpu_preflight.gpu_preflight_summary(h200) == (
+        "3 fail (gpu_count, compute_capability, driver), 4 pass"
+    )
