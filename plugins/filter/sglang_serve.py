@@ -1,0 +1,398 @@
+"""Filters of the sglang_serve role: turn inventory settings into a checked list of instances.
+
+``sglang_serve_instances(settings, gpu_count)`` expands "one instance per GPU" or the explicit
+``sglang_serve_instances`` list into fully resolved instances (name, unit, GPUs, port, argv,
+environment, device nodes) and raises ``AnsibleFilterError`` with a message that names the
+offending variable before anything on the host changes. The API key never enters the result:
+the role's template adds it under ``no_log``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:  # pragma: no cover - exercised inside Ansible
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - unit tests without ansible
+    AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+
+INSTANCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+EAGLE3_KEYS = (
+    "eagle3_draft_model_path",
+    "eagle3_num_steps",
+    "eagle3_topk",
+    "eagle3_num_draft_tokens",
+)
+# Per-instance overrides of role-wide settings (key in an instance == suffix of the role variable).
+OVERRIDABLE = (
+    "host",
+    "model_path",
+    "served_model_name",
+    "attention_backend",
+    "mem_fraction_static",
+    "context_length",
+    *EAGLE3_KEYS,
+    "multithread_load",
+    "multithread_load_threads",
+    "enable_metrics",
+    "extra_args",
+)
+INSTANCE_KEYS = frozenset({"name", "gpus", "port", "tp", "env", *OVERRIDABLE})
+
+
+class ServeConfigError(AnsibleFilterError):  # type: ignore[misc,valid-type]
+    """Invalid sglang_serve input; the message names the variable."""
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def probe_host(host: str) -> str:
+    """Address the readiness check connects to for a server bound to ``host``."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_int(value: Any, where: str) -> int:
+    if _is_int(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ServeConfigError(f"{where} must be an integer, got {value!r}")
+
+
+def _check_text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ServeConfigError(f"{where} must be a string, got {value!r}")
+    if "\n" in value or "\r" in value:
+        raise ServeConfigError(f"{where} must not contain a line break")
+    return value
+
+
+def _setting(settings: Mapping[str, Any], instance: Mapping[str, Any], key: str) -> tuple[Any, str]:
+    """Value of ``key`` for ``instance`` and the name of the variable it came from."""
+    if key in instance and instance[key] is not None:
+        return instance[key], f"{instance['__where']}.{key}"
+    return settings.get(key), f"sglang_serve_{key}"
+
+
+def _in_store(settings: Mapping[str, Any], path: str) -> str:
+    """A relative model path is a directory in the model store."""
+    if path.startswith("/"):
+        return path
+    return f"{str(settings.get('model_store') or '/srv/models').rstrip('/')}/{path}"
+
+
+def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str, Any]]:
+    explicit = settings.get("instances") or []
+    if not isinstance(explicit, Sequence) or isinstance(explicit, str):
+        raise ServeConfigError("sglang_serve_instances must be a list of instances")
+    if explicit:
+        raws = []
+        for index, item in enumerate(explicit):
+            where = f"sglang_serve_instances[{index}]"
+            if not isinstance(item, Mapping):
+                raise ServeConfigError(f"{where} must be a mapping with name and gpus")
+            unknown = sorted(set(item) - INSTANCE_KEYS)
+            if unknown:
+                raise ServeConfigError(
+                    f"{where}: unknown keys {', '.join(unknown)} "
+                    f"(allowed: {', '.join(sorted(INSTANCE_KEYS))})"
+                )
+            if "name" not in item or "gpus" not in item:
+                raise ServeConfigError(f"{where} needs both 'name' and 'gpus'")
+            raw = dict(item)
+            raw["__where"] = f"{where} ({item['name']})"
+            raws.append(raw)
+        return raws
+    gpus = settings.get("gpus") or list(range(gpu_count))
+    if not gpus:
+        raise ServeConfigError(
+            "no GPU found on this host (sglang_serve_gpu_count = 0) and no "
+            "sglang_serve_instances given; set sglang_serve_enabled: false on hosts without GPUs"
+        )
+    raws = []
+    for gpu in gpus:
+        index = _as_int(gpu, "sglang_serve_gpus entries")
+        raws.append(
+            {"name": f"gpu{index}", "gpus": [index], "__where": f"sglang_serve_gpus ({gpu})"}
+        )
+    return raws
+
+
+def _eagle3_args(settings: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
+    values = {key: _setting(settings, raw, key) for key in EAGLE3_KEYS}
+    given = [key for key, (value, _) in values.items() if value not in (None, "")]
+    if not given:
+        return []
+    missing = [values[key][1] for key in EAGLE3_KEYS if key not in given]
+    if missing:
+        have = ", ".join(values[key][1] for key in given)
+        raise ServeConfigError(
+            f"EAGLE-3 settings are all or nothing: {have} set but {', '.join(missing)} missing"
+        )
+    path = _in_store(settings, _check_text(*values["eagle3_draft_model_path"]))
+    numbers = []
+    for key in EAGLE3_KEYS[1:]:
+        value, where = values[key]
+        number = _as_int(value, where)
+        if number < 1:
+            raise ServeConfigError(f"{where} must be at least 1, got {number}")
+        numbers.append(str(number))
+    return [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        path,
+        "--speculative-num-steps",
+        numbers[0],
+        "--speculative-eagle-topk",
+        numbers[1],
+        "--speculative-num-draft-tokens",
+        numbers[2],
+    ]
+
+
+def _resolve(
+    settings: Mapping[str, Any], raw: Mapping[str, Any], gpu_count: int, has_key: bool
+) -> dict[str, Any]:
+    where = raw["__where"]
+    name = raw["name"]
+    if not isinstance(name, str) or not INSTANCE_NAME.match(name):
+        raise ServeConfigError(
+            f"{where}: instance name {name!r} must match {INSTANCE_NAME.pattern} "
+            "(it becomes the systemd instance sglang@<name>)"
+        )
+    gpus_value = raw["gpus"]
+    if _is_int(gpus_value):
+        gpus_value = [gpus_value]
+    if not isinstance(gpus_value, Sequence) or isinstance(gpus_value, str) or not gpus_value:
+        raise ServeConfigError(f"{where}.gpus must be a non-empty list of GPU indexes")
+    gpus = [_as_int(g, f"{where}.gpus") for g in gpus_value]
+    for gpu in gpus:
+        if gpu < 0 or gpu >= gpu_count:
+            have = f"0-{gpu_count - 1}" if gpu_count else "none"
+            raise ServeConfigError(
+                f"{where}: GPU index {gpu} is not on this host "
+                f"(sglang_serve_gpu_count = {gpu_count}, indexes {have})"
+            )
+    if len(set(gpus)) != len(gpus):
+        raise ServeConfigError(f"{where}.gpus lists a GPU twice: {gpus}")
+
+    tp = _as_int(raw.get("tp", len(gpus)), f"{where}.tp")
+    if tp < 1 or len(gpus) % tp:
+        raise ServeConfigError(f"{where}.tp = {tp} must divide the {len(gpus)} GPUs it is given")
+
+    base = _as_int(settings.get("port_base", 30000), "sglang_serve_port_base")
+    port = _as_int(raw.get("port", base + gpus[0]), f"{where}.port")
+    if not 1 <= port <= 65535:
+        raise ServeConfigError(f"{where}: port {port} outside 1-65535 (sglang_serve_port_base?)")
+
+    host, host_var = _setting(settings, raw, "host")
+    host = _check_text(host or "127.0.0.1", host_var)
+    if not is_loopback(host) and not has_key and not settings.get("allow_insecure_bind"):
+        raise ServeConfigError(
+            f"{host_var} = {host} is not a loopback address and sglang_serve_api_key is empty: "
+            "set sglang_serve_api_key (from a vault) or sglang_serve_allow_insecure_bind: true"
+        )
+
+    model_path, model_var = _setting(settings, raw, "model_path")
+    if not model_path:
+        raise ServeConfigError(f"{model_var} must be set (the model to serve)")
+    model_path = _in_store(settings, _check_text(model_path, model_var))
+    served, served_var = _setting(settings, raw, "served_model_name")
+    served = _check_text(served or model_path.rstrip("/").rsplit("/", 1)[-1], served_var)
+
+    backend, backend_var = _setting(settings, raw, "attention_backend")
+    argv = [
+        "--model-path",
+        model_path,
+        "--served-model-name",
+        served,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--tp",
+        str(tp),
+    ]
+    if backend:
+        argv += ["--attention-backend", _check_text(backend, backend_var)]
+
+    fraction, fraction_var = _setting(settings, raw, "mem_fraction_static")
+    if fraction not in (None, ""):
+        try:
+            value = float(fraction)
+        except (TypeError, ValueError):
+            raise ServeConfigError(f"{fraction_var} must be a number, got {fraction!r}") from None
+        if not 0.0 < value < 1.0:
+            raise ServeConfigError(f"{fraction_var} = {value} must be inside (0, 1)")
+        argv += ["--mem-fraction-static", repr(value)]
+
+    context, context_var = _setting(settings, raw, "context_length")
+    if context not in (None, "", 0):
+        length = _as_int(context, context_var)
+        if length < 1:
+            raise ServeConfigError(f"{context_var} must be positive, got {length}")
+        argv += ["--context-length", str(length)]
+
+    multithread, _ = _setting(settings, raw, "multithread_load")
+    if multithread:
+        threads_value, threads_var = _setting(settings, raw, "multithread_load_threads")
+        threads = _as_int(threads_value or 16, threads_var)
+        if threads < 1:
+            raise ServeConfigError(f"{threads_var} must be at least 1, got {threads}")
+        config = {"enable_multithread_load": True, "num_threads": threads}
+        argv += ["--model-loader-extra-config", json.dumps(config)]
+
+    metrics, _ = _setting(settings, raw, "enable_metrics")
+    if metrics:
+        argv.append("--enable-metrics")
+
+    argv += _eagle3_args(settings, raw)
+
+    extra, extra_var = _setting(settings, raw, "extra_args")
+    extra = extra or []
+    if isinstance(extra, str) or not isinstance(extra, Sequence):
+        raise ServeConfigError(f"{extra_var} must be a list of strings (one argument each)")
+    argv += [_check_text(arg, f"{extra_var} entries") for arg in extra]
+    if "--api-key" in argv:
+        raise ServeConfigError(f"{extra_var} must not carry --api-key: use sglang_serve_api_key")
+
+    env = _environment(settings, raw, gpus)
+    devices = [f"/dev/nvidia{gpu}" for gpu in gpus] + [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+    ]
+    return {
+        "name": name,
+        "unit": f"sglang@{name}.service",
+        "gpus": gpus,
+        "tp": tp,
+        "port": port,
+        "host": host,
+        "probe_host": probe_host(host),
+        "model_path": model_path,
+        "served_model_name": served,
+        "argv": argv,
+        "env": env,
+        "devices": devices,
+    }
+
+
+def _environment(
+    settings: Mapping[str, Any], raw: Mapping[str, Any], gpus: list[int]
+) -> dict[str, str]:
+    cache = str(settings.get("cache_dir") or "/var/cache/sglang")
+    env: dict[str, str] = {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+        "HOME": str(settings.get("home") or "/var/lib/sglang"),
+        "XDG_CACHE_HOME": cache,
+        "HF_HOME": f"{cache}/huggingface",
+        "FLASHINFER_WORKSPACE_BASE": cache,
+        "TRITON_CACHE_DIR": f"{cache}/triton",
+        "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+        "CUDA_CACHE_PATH": f"{cache}/nv_compute",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if settings.get("hf_offline", True):
+        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    for source, where in (
+        (settings.get("env") or {}, "sglang_serve_env"),
+        (raw.get("env") or {}, f"{raw['__where']}.env"),
+    ):
+        if not isinstance(source, Mapping):
+            raise ServeConfigError(f"{where} must be a mapping of NAME: value")
+        for key, value in source.items():
+            if not isinstance(key, str) or not ENV_NAME.match(key):
+                raise ServeConfigError(f"{where}: {key!r} is not a valid environment name")
+            env[key] = _check_text(str(value), f"{where}.{key}")
+    return env
+
+
+def sglang_serve_instances(
+    settings: Mapping[str, Any], gpu_count: Any, has_api_key: bool = False
+) -> list[dict[str, Any]]:
+    """Expand and check the instances; ``settings`` holds role variables minus the prefix."""
+    count = _as_int(gpu_count if gpu_count is not None else 0, "sglang_serve_gpu_count")
+    if count < 0:
+        raise ServeConfigError(f"sglang_serve_gpu_count must not be negative, got {count}")
+    instances = [
+        _resolve(settings, raw, count, bool(has_api_key)) for raw in _raw_instances(settings, count)
+    ]
+    seen_names: dict[str, str] = {}
+    seen_ports: dict[int, str] = {}
+    seen_gpus: dict[int, str] = {}
+    for instance in instances:
+        name = instance["name"]
+        if name in seen_names:
+            raise ServeConfigError(f"sglang_serve_instances: two instances are named {name}")
+        seen_names[name] = name
+        port = instance["port"]
+        if port in seen_ports:
+            raise ServeConfigError(
+                f"sglang_serve_instances: instances {seen_ports[port]} and {name} "
+                f"both use port {port}"
+            )
+        seen_ports[port] = name
+        for gpu in instance["gpus"]:
+            if gpu in seen_gpus:
+                raise ServeConfigError(
+                    f"sglang_serve_instances: GPU {gpu} is given to both {seen_gpus[gpu]} and "
+                    f"{name}; give a tensor-parallel group one instance with all its GPUs"
+                )
+            seen_gpus[gpu] = name
+    return instances
+
+
+def sglang_serve_endpoints(instances: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Worker URLs of resolved instances, for a router in front of them."""
+    urls = []
+    for instance in instances:
+        host = instance["probe_host"]
+        if ":" in host:
+            host = f"[{host}]"
+        urls.append(f"http://{host}:{instance['port']}")
+    return urls
+
+
+def sglang_serve_describe(instance: Mapping[str, Any]) -> str:
+    """One line per instance: unit, GPUs, address, model."""
+    gpus = ",".join(str(g) for g in instance["gpus"])
+    return (
+        f"{instance['unit']}: GPU {gpus} (tp {instance['tp']}), "
+        f"{instance['host']}:{instance['port']}, {instance['served_model_name']}"
+    )
+
+
+class FilterModule:
+    """sglang_serve filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_serve_instances": sglang_serve_instances,
+            "sglang_serve_endpoints": sglang_serve_endpoints,
+            "sglang_serve_describe": sglang_serve_describe,
+        }

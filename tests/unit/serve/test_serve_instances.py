@@ -1,0 +1,178 @@
+"""Instance expansion and input checks of the sglang_serve filter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from serve_helpers import serve_filter
+
+expand = serve_filter.sglang_serve_instances
+Error = serve_filter.ServeConfigError
+
+BASE = {
+    "instances": [],
+    "gpus": [],
+    "port_base": 30000,
+    "host": "127.0.0.1",
+    "allow_insecure_bind": False,
+    "model_path": "/srv/models/Qwen3-8B",
+    "served_model_name": "",
+    "attention_backend": "flashinfer",
+    "mem_fraction_static": None,
+    "context_length": None,
+    "eagle3_draft_model_path": "",
+    "eagle3_num_steps": None,
+    "eagle3_topk": None,
+    "eagle3_num_draft_tokens": None,
+    "multithread_load": True,
+    "multithread_load_threads": 16,
+    "enable_metrics": True,
+    "extra_args": [],
+    "env": {},
+    "hf_offline": True,
+    "cache_dir": "/var/cache/sglang",
+    "home": "/var/lib/sglang",
+    "model_store": "/srv/models",
+}
+
+
+def settings(**changes):
+    return {**BASE, **changes}
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_one_instance_per_gpu():
+    instances = expand(settings(), 8)
+    assert [i["name"] for i in instances] == [f"gpu{i}" for i in range(8)]
+    assert [i["port"] for i in instances] == list(range(30000, 30008))
+    third = instances[3]
+    assert third["unit"] == "sglang@gpu3.service"
+    assert third["env"]["CUDA_VISIBLE_DEVICES"] == "3"
+    assert third["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert third["env"]["HF_HUB_OFFLINE"] == "1"
+    assert third["env"]["TRITON_CACHE_DIR"] == "/var/cache/sglang/triton"
+    assert third["devices"][0] == "/dev/nvidia3"
+    assert "/dev/nvidiactl" in third["devices"]
+    argv = third["argv"]
+    assert flag(argv, "--port") == "30003"
+    assert flag(argv, "--tp") == "1"
+    assert flag(argv, "--served-model-name") == "Qwen3-8B"
+    assert flag(argv, "--attention-backend") == "flashinfer"
+    assert json.loads(flag(argv, "--model-loader-extra-config")) == {
+        "enable_multithread_load": True,
+        "num_threads": 16,
+    }
+    assert "--enable-metrics" in argv
+    assert "--api-key" not in argv
+
+
+def test_selected_gpus_and_relative_model_path():
+    instances = expand(settings(gpus=[2, 5], model_path="Kimi-K2.5"), 8)
+    assert [(i["name"], i["port"]) for i in instances] == [("gpu2", 30002), ("gpu5", 30005)]
+    assert instances[0]["model_path"] == "/srv/models/Kimi-K2.5"
+
+
+def test_tensor_parallel_group_and_overrides():
+    instances = expand(
+        settings(
+            instances=[
+                {"name": "tp4", "gpus": [0, 1, 2, 3], "port": 31000, "mem_fraction_static": 0.8},
+                {"name": "small", "gpus": [4], "served_model_name": "s", "env": {"X": "1"}},
+            ]
+        ),
+        8,
+    )
+    tp4, small = instances
+    assert tp4["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    assert flag(tp4["argv"], "--tp") == "4"
+    assert flag(tp4["argv"], "--mem-fraction-static") == "0.8"
+    assert tp4["devices"][:4] == [f"/dev/nvidia{i}" for i in range(4)]
+    assert small["port"] == 30004
+    assert small["served_model_name"] == "s"
+    assert small["env"]["X"] == "1"
+
+
+def test_eagle3_all_given():
+    argv = expand(
+        settings(
+            eagle3_draft_model_path="draft",
+            eagle3_num_steps=3,
+            eagle3_topk=4,
+            eagle3_num_draft_tokens=16,
+        ),
+        1,
+    )[0]["argv"]
+    assert flag(argv, "--speculative-algorithm") == "EAGLE3"
+    assert flag(argv, "--speculative-draft-model-path") == "/srv/models/draft"
+    assert flag(argv, "--speculative-num-draft-tokens") == "16"
+
+
+def test_endpoints():
+    instances = expand(settings(host="0.0.0.0", allow_insecure_bind=True), 2)
+    assert serve_filter.sglang_serve_endpoints(instances) == [
+        "http://127.0.0.1:30000",
+        "http://127.0.0.1:30001",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "gpu_count", "words"),
+    [
+        (
+            {
+                "instances": [
+                    {"name": "a", "gpus": [0], "port": 1},
+                    {"name": "b", "gpus": [1], "port": 1},
+                ]
+            },
+            8,
+            ["a", "b", "port 1"],
+        ),
+        (
+            {"instances": [{"name": "a", "gpus": [0, 1]}, {"name": "b", "gpus": [1]}]},
+            8,
+            ["GPU 1", "a", "b"],
+        ),
+        ({"gpus": [9]}, 8, ["GPU index 9", "sglang_serve_gpu_count = 8"]),
+        ({"instances": [{"name": "x", "gpus": [8]}]}, 8, ["sglang_serve_instances[0]", "8"]),
+        ({"mem_fraction_static": 1.2}, 8, ["sglang_serve_mem_fraction_static", "(0, 1)"]),
+        ({"mem_fraction_static": 0}, 8, ["sglang_serve_mem_fraction_static"]),
+        (
+            {"eagle3_draft_model_path": "d", "eagle3_num_steps": 3},
+            8,
+            ["sglang_serve_eagle3_topk", "sglang_serve_eagle3_num_draft_tokens"],
+        ),
+        ({"host": "0.0.0.0"}, 8, ["sglang_serve_host", "sglang_serve_api_key"]),
+        ({"model_path": ""}, 8, ["sglang_serve_model_path"]),
+        ({}, 0, ["no GPU", "sglang_serve_enabled"]),
+        ({"instances": [{"name": "bad/name", "gpus": [0]}]}, 8, ["bad/name"]),
+        ({"instances": [{"name": "a", "gpus": [0], "colour": 1}]}, 8, ["colour"]),
+        ({"instances": [{"name": "a", "gpus": [0, 1, 2], "tp": 2}]}, 8, ["tp = 2"]),
+        ({"extra_args": ["--api-key", "k"]}, 8, ["sglang_serve_api_key"]),
+        ({"extra_args": "--x y"}, 8, ["sglang_serve_extra_args"]),
+        ({"env": {"BAD-NAME": "1"}}, 8, ["sglang_serve_env"]),
+        ({"instances": [{"name": "a", "gpus": [0]}, {"name": "a", "gpus": [1]}]}, 8, ["named a"]),
+    ],
+)
+def test_bad_input_names_the_variable(changes, gpu_count, words):
+    with pytest.raises(Error) as info:
+        expand(settings(**changes), gpu_count)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_non_loopback_with_key_or_switch():
+    assert expand(settings(host="10.0.3.5"), 1, True)[0]["probe_host"] == "10.0.3.5"
+    assert expand(settings(host="0.0.0.0", allow_insecure_bind=True), 1)[0]["host"] == "0.0.0.0"
+
+
+def test_loopback_detection():
+    assert serve_filter.is_loopback("127.0.0.1")
+    assert serve_filter.is_loopback("::1")
+    assert serve_filter.is_loopback("localhost")
+    assert not serve_filter.is_loopback("0.0.0.0")
+    assert not serve_filter.is_loopback("10.0.3.250")
