@@ -229,7 +229,8 @@ class ChecklistReducer:
         dead = self._dead.get(item.host)
         if dead is not None and dead is not item:
             self._revive(item.host, dead)
-        item.task = str(data.get("task") or "")
+        if item.status is not Status.FAILED:  # keep the failing task's name
+            item.task = str(data.get("task") or "")
         if item.status in (Status.PENDING, Status.CANCELLED):
             self._set_status(item, Status.IN_PROGRESS, message="")
         elif item.status is Status.IN_PROGRESS:

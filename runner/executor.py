@@ -45,6 +45,10 @@ KEPT_EVENTS = frozenset({
     "playbook_on_stats",
     "error",
 })
+# failures whose display ansible may print uncensored (ansible-core 2.19 prints the message of a
+# failing no_log action as "[ERROR]: Task failed: Action failed: <msg>")
+FAILURE_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner_on_unreachable"})
+NO_LOG_NOTE = "[sglang-lxc: output of a no_log task removed]"
 JSON_WRITE_INTERVAL_S = 0.5
 PEXPECT_TIMEOUT_S = 0.5  # how often ansible-runner asks whether to cancel
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -190,7 +194,26 @@ class RunSession:
         except Exception:  # a reporting bug must never stop the run
             self.handler_errors += 1
             log.exception("checklist: could not handle event %s", event.get("event"))
+        self._censor(event)
         return self.options.keep_events or event.get("event") in KEPT_EVENTS
+
+    def _censor(self, event: dict[str, Any]) -> None:
+        """Keep no_log values out of what ansible-runner writes next to our reports.
+
+        ansible-runner writes this very dict to job_events/ and its ``stdout`` text to the
+        ``stdout`` file (and the terminal with --ansible-output) after this handler returns. So
+        replace the display text of failed no_log tasks, and drop set_stats data from the stats
+        event (``set_stats`` under no_log is aggregated there uncensored; the checklist already
+        has what it needs).
+        """
+        name = event.get("event")
+        data = event.get("event_data") or {}
+        if name in FAILURE_EVENTS:
+            res = data.get("res")
+            if isinstance(res, dict) and "censored" in res:
+                event["stdout"] = NO_LOG_NOTE
+        elif name == "playbook_on_stats":
+            data.pop("artifact_data", None)
 
     # -- run ---------------------------------------------------------------------------------
     def execute(self, runner: Callable[..., Any] = ansible_runner.run) -> int:
