@@ -1,0 +1,206 @@
+# Copyright: sglang-lxc contributors
+# Apache-2.0
+"""Run the sgl-kernel wheel build detached on the target, one build per slot, with progress.
+
+Why an action plugin: a build takes up to an hour. It must (a) run detached so an SSH hiccup does
+not kill it, (b) show that it is alive (objects compiled, or the log's last line) while it runs,
+(c) stop at a timeout, and (d) never run beside another build on the same Proxmox node. Ansible's
+own async + async_status gives (a) and (c) but neither (b) nor (d): `throttle` only limits how many
+hosts run a task, and an async launch returns at once. Here the slot is a lock file on the
+controller, held for the whole build, so it also covers builds started by separate runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
+SLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def progress_of(log_tail: str) -> str:
+    """'37/120 objects: <last line>' from ninja/make output, else the last line."""
+    lines = [ln.strip() for ln in log_tail.splitlines() if ln.strip()]
+    last = lines[-1][:160] if lines else "(no output yet)"
+    matches = PROGRESS.findall(log_tail)
+    if matches:
+        done, total = matches[-1]
+        return f"{done}/{total} objects compiled; last: {last}"
+    return f"last: {last}"
+
+
+def _fmt(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(
+        ("script", "work_dir", "environment", "timeout", "poll", "slot", "lock_dir")
+    )
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = self._task.args
+        try:
+            script = str(args["script"])
+            work_dir = str(args["work_dir"])
+            environment = dict(args.get("environment") or {})
+            timeout = int(args.get("timeout", 14400))
+            poll = int(args.get("poll", 30))
+            slot = str(args.get("slot", "all"))
+            lock_dir = os.path.expanduser(str(args.get("lock_dir", "~/.cache/sglang-lxc/locks")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"sglang_kernel_build: bad arguments: {exc}") from exc
+        if timeout <= 0:
+            raise AnsibleActionFail(f"sglang_kernel_build_timeout must be > 0, got {timeout}")
+        if poll <= 0:
+            raise AnsibleActionFail(f"sglang_kernel_build_poll must be > 0, got {poll}")
+        if not SLOT_NAME.match(slot):
+            raise AnsibleActionFail(f"sglang_kernel_build_slot must be a plain name, got {slot!r}")
+
+        host = (task_vars or {}).get("inventory_hostname", "?")
+        if self._task.check_mode:
+            result.update(changed=True, msg="check mode: the sgl-kernel build would run")
+            return result
+
+        os.makedirs(lock_dir, exist_ok=True)
+        lock_path = os.path.join(lock_dir, f"sgl-kernel-build-{slot}.lock")
+        start = time.monotonic()
+        with open(lock_path, "a+", encoding="utf-8") as lock:
+            waited = self._acquire(lock, host, slot, start, timeout, poll)
+            try:
+                result.update(
+                    self._build(
+                        host, script, work_dir, environment, time.monotonic(), timeout, poll
+                    )
+                )
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        result["slot_wait_s"] = round(waited, 1)
+        return result
+
+    # -- the build slot ---------------------------------------------------------------------
+
+    def _acquire(self, lock, host, slot, start, timeout, poll) -> float:
+        said = 0.0
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                now = time.monotonic()
+                if now - start > timeout:
+                    raise AnsibleActionFail(
+                        f"sgl-kernel build on {host}: build slot '{slot}' still busy after "
+                        f"sglang_kernel_build_timeout={timeout}s"
+                    ) from None
+                if now - said >= poll:
+                    lock.seek(0)
+                    holder = lock.read().strip() or "another run"
+                    display.display(
+                        f"sgl-kernel build on {host}: waiting for build slot '{slot}' "
+                        f"(held by {holder})"
+                    )
+                    said = now
+                time.sleep(min(poll, 5))
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{host} (pid {os.getpid()})\n")
+        lock.flush()
+        return time.monotonic() - start
+
+    # -- the build --------------------------------------------------------------------------
+
+    def _sh(self, cmd: str) -> dict:
+        return self._low_level_execute_command(cmd, sudoable=True)
+
+    def _build(self, host, script, work_dir, environment, start, timeout, poll) -> dict:
+        q = shlex.quote
+        env = " ".join(f"{q(str(k))}={q(str(v))}" for k, v in sorted(environment.items()))
+        inner = f"/bin/bash {q(script)} > build.log 2>&1; echo $? > build.status"
+        launch = (
+            f"cd {q(work_dir)} || exit 2; "
+            # A build left running by an interrupted run holds stale inputs: stop it first.
+            "if [ -s build.pid ] && kill -0 \"$(cat build.pid)\" 2>/dev/null; then "
+            "kill -TERM -- \"-$(cat build.pid)\" 2>/dev/null; sleep 2; "
+            "kill -KILL -- \"-$(cat build.pid)\" 2>/dev/null; fi; "
+            "rm -f build.status build.log; "
+            f"env {env} setsid /bin/bash -c {q(inner)} </dev/null >/dev/null 2>&1 & "
+            "echo $! > build.pid; cat build.pid"
+        )
+        res = self._sh(launch)
+        if res.get("rc") != 0:
+            raise AnsibleActionFail(
+                f"sgl-kernel build on {host}: could not start {script}: "
+                f"{res.get('stderr', '')}{res.get('stdout', '')}"
+            )
+        pid = res.get("stdout", "").strip()
+        display.display(f"sgl-kernel build on {host}: started (pid {pid}), log {work_dir}/build.log")
+
+        poll_cmd = (
+            f"cd {q(work_dir)} && {{ cat build.status 2>/dev/null || echo RUNNING; }}; "
+            "echo @@SGLK@@; tail -c 8192 build.log 2>/dev/null; true"
+        )
+        last_shown = ""
+        while True:
+            time.sleep(min(poll, max(1, timeout)))
+            res = self._sh(poll_cmd)
+            status, _, tail = res.get("stdout", "").partition("@@SGLK@@")
+            status = status.strip()
+            elapsed = time.monotonic() - start
+            if status and status != "RUNNING":
+                break
+            if elapsed > timeout:
+                self._sh(
+                    f"cd {q(work_dir)} && kill -TERM -- -{int(pid)} 2>/dev/null; sleep 5; "
+                    f"kill -KILL -- -{int(pid)} 2>/dev/null; true"
+                )
+                raise AnsibleActionFail(
+                    f"sgl-kernel build on {host} stopped: it ran past "
+                    f"sglang_kernel_build_timeout={timeout}s; log {work_dir}/build.log: "
+                    f"{progress_of(tail)}"
+                )
+            shown = progress_of(tail)
+            display.display(f"sgl-kernel build on {host} ({_fmt(elapsed)}): {shown}")
+            last_shown = shown
+
+        rc = int(status) if status.lstrip("-").isdigit() else -1
+        tail_lines = [ln for ln in tail.splitlines() if ln.strip()][-40:]
+        out = {
+            "rc": rc,
+            "elapsed_s": round(time.monotonic() - start, 1),
+            "log": f"{work_dir}/build.log",
+            "log_tail": tail_lines,
+            "progress": last_shown or progress_of(tail),
+        }
+        if rc != 0:
+            out.update(
+                failed=True,
+                changed=False,
+                msg=f"sgl-kernel build on {host} failed (rc {rc}); the installed version is "
+                f"untouched; log {work_dir}/build.log",
+            )
+            return out
+        res = self._sh(f"ls -1 {q(work_dir)}/dist/*.whl")
+        wheels = [w for w in res.get("stdout", "").split() if w.endswith(".whl")]
+        if len(wheels) != 1:
+            out.update(failed=True, msg=f"sgl-kernel build on {host}: expected one wheel, "
+                                        f"found {wheels}")
+            return out
+        display.display(f"sgl-kernel build on {host}: built {os.path.basename(wheels[0])} in "
+                        f"{_fmt(out['elapsed_s'])}")
+        out.update(changed=True, wheel=wheels[0])
+        return out
