@@ -1,0 +1,1 @@
+../../gpu_facts/library/nvml_facts.py

@@ -1,0 +1,1 @@
+../../gpu_facts/module_utils/gpu_nvml.py
