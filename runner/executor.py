@@ -30,7 +30,7 @@ from .checklist import Checklist, ExitCode, RunInfo, Status, TodoItem, now_iso
 from .errors import RunError
 from .events import ChecklistReducer
 from .paths import PROJECT_ROOT
-from .planner import Plan, plan_playbook
+from .planner import Plan, plan_in_subprocess
 from .render_live import LiveView, PlainView, make_view
 from .reports import write_all, write_json
 
@@ -138,13 +138,14 @@ class RunSession:
 
     # -- plan --------------------------------------------------------------------------------
     def start_planning(self, env: dict[str, str]) -> None:
-        # the in-process ansible reads the same configuration as the ansible-playbook child
-        for key, value in env.items():
-            if key != "PATH":
-                os.environ.setdefault(key, value)
+        """List plays x hosts in a child process (same configuration as ansible-playbook)."""
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglang-lxc-plan")
         self._plan_future = pool.submit(
-            plan_playbook, str(self.playbook), self.inventories, list(self.options.extra_args)
+            plan_in_subprocess,
+            str(self.playbook),
+            self.inventories,
+            list(self.options.extra_args),
+            env,
         )
         self._plan_future.add_done_callback(lambda _f: self.ensure_plan())
         pool.shutdown(wait=False)

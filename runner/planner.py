@@ -1,21 +1,28 @@
 """List the run's milestones (plays x hosts) before the first task runs.
 
 Ansible reads the playbook and inventory itself, exactly as ``ansible-playbook --list-hosts``
-does with the same options (``--limit``, ``-e``, ``--tags``...), in this process. The result is
-a ``Plan``: per play its name, its hosts, ``todo_priority``, ``todo_content`` rendered per host,
-and a static task count. Plays that target hosts created later with ``add_host`` get their items
-when those hosts first show up in the run (``Plan.content_for``).
+does with the same options (``--limit``, ``-e``, ``--tags``...). It runs in a child process
+(``python -m sglang_lxc.planner``), beside ansible-playbook's own start-up: ansible keeps
+process-wide state that can be set up only once, and the child keeps it out of the runner.
+The result is a ``Plan``: per play its name, its hosts, ``todo_priority``, ``todo_content``
+rendered per host, and a static task count. Plays that target hosts created later with
+``add_host`` get their items when those hosts first show up in the run (``Plan.content_for``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .checklist import DEFAULT_PRIORITY, Priority
+from .errors import RunError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +31,7 @@ _DROP_FLAGS = {"--ask-vault-pass", "--ask-vault-password", "-J", "-k", "--ask-pa
                "--ask-become-pass", "--step", "--check", "-C", "--diff", "-D",
                "--syntax-check", "--list-hosts", "--list-tasks", "--list-tags"}
 _DROP_WITH_VALUE = {"--start-at-task"}
+PLAN_MARKER = "SGLANG_LXC_PLAN "
 
 
 @dataclass
@@ -36,6 +44,7 @@ class PlannedPlay:
     contents: dict[str, str] = field(default_factory=dict)  # host -> rendered todo_content
     content_template: str | None = None
     tasks_total: int | None = None
+    simple_vars: dict[str, Any] = field(default_factory=dict)  # for hosts added later
 
 
 @dataclass
@@ -51,9 +60,10 @@ class Plan:
         """The todo title of ``play`` on ``host`` (also for hosts added during the run)."""
         if host in play.contents:
             return play.contents[host]
-        if play.content_template and self._render is not None:
+        if play.content_template:
+            render = self._render or _render_late
             try:
-                rendered = self._render(play, host)
+                rendered = render(play, host)
             except Exception as exc:  # a title must never break the run
                 log.debug("todo_content of %s on %s: %s", play.name, host, exc)
             else:
@@ -61,6 +71,38 @@ class Plan:
                     play.contents[host] = rendered
                     return rendered
         return default_content(play.name, play.pattern, host)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "playbook": self.playbook,
+            "plays": [asdict(p) for p in self.plays],
+            "conditions": self.conditions,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        return cls(
+            playbook=data["playbook"],
+            plays=[PlannedPlay(**p) for p in data.get("plays", [])],
+            conditions=dict(data.get("conditions", {})),
+            notes=list(data.get("notes", [])),
+        )
+
+
+def _render_late(play: PlannedPlay, host: str) -> str:
+    """todo_content for a host ansible did not know at planning time (added with add_host).
+
+    Rendered with plain Jinja2 (sandboxed) from the play's simple variables and the host name;
+    anything undefined falls back to the default title.
+    """
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=StrictUndefined)
+    variables = {**play.simple_vars, "inventory_hostname": host,
+                 "inventory_hostname_short": host.split(".")[0]}
+    return env.from_string(str(play.content_template)).render(**variables).strip()
 
 
 def default_content(play_name: str, pattern: str, host: str) -> str:
@@ -161,7 +203,9 @@ def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequenc
                 pattern=pattern,
                 hosts=hosts,
                 priority=normalise_priority(play.vars.get("todo_priority"), name, plan.notes),
-                content_template=play.vars.get("todo_content"),
+                content_template=_plain(play.vars.get("todo_content")),
+                simple_vars={k: _plain(v) for k, v in play.vars.items()
+                             if isinstance(v, str | int | float | bool)},
             )
             try:
                 all_vars = variable_manager.get_vars(play=play)
@@ -180,4 +224,83 @@ def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequenc
     for planned in plan.plays:
         for host in planned.hosts:
             planned.contents[host] = plan.content_for(planned, host)
+    plan._render = None
     return plan
+
+
+def _plain(value: Any) -> Any:
+    """ansible 2.19 tags strings it loaded; hand plain ones to JSON."""
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    return str(value)
+
+
+def plan_in_subprocess(
+    playbook: str,
+    inventories: Sequence[str],
+    extra_args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> Plan:
+    """Run the planner in a child process; raise ``RunError`` with ansible's message if it fails."""
+    proc = start_subprocess(playbook, inventories, extra_args, env)
+    return finish_subprocess(proc, timeout)
+
+
+def start_subprocess(
+    playbook: str,
+    inventories: Sequence[str],
+    extra_args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "sglang_lxc.planner", playbook]
+    for inv in inventories:
+        argv += ["-i", inv]
+    argv += ["--ansible-args", json.dumps(planner_args(extra_args))]
+    child_env = {**os.environ, **(env or {}), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env,
+        start_new_session=True,  # Ctrl-C on the terminal goes to the runner, not here
+    )
+
+
+def finish_subprocess(proc: subprocess.Popen[str], timeout: float = 300) -> Plan:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise RunError("listing the plays timed out") from None
+    if proc.returncode != 0:
+        lines = [line for line in err.splitlines() if line.strip()]
+        raise RunError(lines[-1] if lines else f"planner exited with {proc.returncode}")
+    for line in reversed(out.splitlines()):
+        if line.startswith(PLAN_MARKER):
+            return Plan.from_dict(json.loads(line[len(PLAN_MARKER):]))
+    raise RunError("the planner printed no plan")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sglang_lxc.planner PLAYBOOK -i INV --ansible-args '["--limit", "x"]'``."""
+    parser = argparse.ArgumentParser(prog="python -m sglang_lxc.planner")
+    parser.add_argument("playbook")
+    parser.add_argument("-i", "--inventory", action="append", default=[])
+    parser.add_argument("--ansible-args", default="[]", help="ansible-playbook options (JSON list)")
+    args = parser.parse_args(argv)
+    try:
+        plan = plan_playbook(args.playbook, args.inventory, json.loads(args.ansible_args))
+    except Exception as exc:
+        sys.stderr.write(f"{type(exc).__name__}: {' '.join(str(exc).split())}\n")
+        return 1
+    # on a line of its own: ansible may print warnings on stdout
+    sys.stdout.write(f"\n{PLAN_MARKER}{json.dumps(plan.to_dict())}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
