@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 LAB_INVENTORY = PROJECT_ROOT / "inventory" / "lab"
 LAB_ROOT = os.environ.get("PCT_STANDIN_ROOT", "/var/lib/sglang-lxc-lab")
 PCT = PROJECT_ROOT / "tests" / "standins" / "pct"
-BRIDGE = "lxcbr0"
+BRIDGE = os.environ.get("SGLANG_LXC_LAB_BRIDGE", "lxcbr0")
 
 # command -> Debian package that provides it
 PREREQUISITES = {
