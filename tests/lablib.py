@@ -68,7 +68,7 @@ class PlaybookResult:
 
 
 def ansible_playbook(
-    playbook: str | Path,
+    playbook: str | Path | list,
     inventory: str | Path,
     extra_vars: dict | None = None,
     check: bool = False,
@@ -76,7 +76,9 @@ def ansible_playbook(
     env: dict[str, str] | None = None,
     timeout: int = 1800,
 ) -> PlaybookResult:
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / playbook)]
+    books = playbook if isinstance(playbook, list) else [playbook]
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+           *[str(REPO / b) for b in books]]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
     if check:
