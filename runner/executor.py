@@ -223,6 +223,7 @@ class RunSession:
         self.view.start()
         self.cancel.install()
         rc: int | None = None
+        failure: str | None = None
         try:
             result = runner(
                 private_data_dir=str(self.run_dir),
@@ -242,18 +243,26 @@ class RunSession:
             interrupted = self.cancel.requested or result.status == "canceled"
         except KeyboardInterrupt:
             interrupted = True
+        except Exception as exc:  # settle and write the checklist, then report it
+            log.exception("ansible-runner failed")
+            interrupted = False
+            failure = f"ansible-runner failed: {type(exc).__name__}: {exc}"
         finally:
             self.cancel.restore()
         self.ensure_plan()
         with self.lock:
             code = self.reducer.finish(interrupted=interrupted, ansible_rc=rc)
+            if failure:
+                self.checklist.run.notes.append(failure[:300])
             if self.handler_errors:
                 self.checklist.run.notes.append(
                     f"{self.handler_errors} events could not be read (see the log)")
             paths = write_all(self.checklist, self.run_dir)
         mark_latest(self.root, self.run_dir)
         self.view.stop([str(p) for p in paths])
-        if code is ExitCode.ERROR:
+        if failure:
+            self.err.write(f"sglang-lxc: {failure}\n")
+        elif code is ExitCode.ERROR:
             self._show_ansible_error()
         return int(code)
 

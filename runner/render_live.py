@@ -165,7 +165,7 @@ class LiveView:
         self._live.stop()
         self.console.print(checklist_table(self.checklist, title=os.path.basename(
             self.checklist.run.playbook)))
-        self.console.print(summary_line(self.checklist))
+        self.console.print(summary_line(self.checklist), highlight=False)
         for path in artifacts:
             self.console.print(f"  {path}", highlight=False)
 

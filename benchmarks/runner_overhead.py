@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""What does ``sglang-lxc run`` cost over plain ``ansible-playbook``? Prints figures.
+
+Runs one generated playbook (N trivial tasks on localhost, local connection) alternately with
+plain ``ansible-playbook`` and with ``sglang-lxc run`` (checklist, plain view, reports), several
+times, and prints the wall-clock times, the medians and their ratio. ``--bare-runner`` adds
+``ansible_runner.run()`` without any handler, to split ansible-runner's own cost from ours.
+
+    .venv/bin/python benchmarks/runner_overhead.py --tasks 200 --repeat 3 --module ping
+
+Not a test: timings on a shared machine are noisy, so runs alternate and medians are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULES = {
+    # a module that runs on the host (forks a Python interpreter per task), like most real tasks
+    "ping": "ansible.builtin.ping: {}",
+    "command": 'ansible.builtin.command: "true"\n      changed_when: false',
+    # an action that stays in the controller: the harshest case for any per-event cost
+    "debug": "ansible.builtin.debug:\n        msg: step",
+}
+
+
+def write_project(where: Path, tasks: int, module: str) -> tuple[Path, Path]:
+    inventory = where / "inventory.ini"
+    inventory.write_text(
+        f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    body = "\n".join(
+        f"    - name: Bench | step {i}\n      {MODULES[module]}" for i in range(tasks)
+    )
+    playbook = where / "bench.yml"
+    playbook.write_text(
+        "---\n- name: Benchmark\n  hosts: localhost\n  gather_facts: false\n  vars:\n"
+        "    todo_content: \"Run {{ inventory_hostname }} benchmark\"\n    todo_priority: low\n"
+        f"  tasks:\n{body}\n"
+    )
+    return playbook, inventory
+
+
+def environment() -> dict[str, str]:
+    env = {**os.environ, "CI": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    config = ROOT / "ansible.cfg"
+    if config.is_file() and "ANSIBLE_CONFIG" not in os.environ:
+        env["ANSIBLE_CONFIG"] = str(config)  # what sglang-lxc run uses too
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
+    return env
+
+
+def timed(argv: list[str], cwd: Path) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, env=environment(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[0:4]} failed with {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+BARE_RUNNER = """
+import os, sys, ansible_runner
+os.makedirs(sys.argv[1], exist_ok=True)
+r = ansible_runner.run(private_data_dir=sys.argv[1], playbook=sys.argv[2], inventory=sys.argv[3],
+                       quiet=True)
+sys.exit(r.rc)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=200, help="tasks in the playbook (200)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each kind (3)")
+    parser.add_argument("--module", choices=sorted(MODULES), default="ping",
+                        help="what each task does (ping)")
+    parser.add_argument("--bare-runner", action="store_true",
+                        help="also time ansible_runner.run() without handlers")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="sglang-lxc-bench-") as tmp:
+        where = Path(tmp)
+        playbook, inventory = write_project(where, args.tasks, args.module)
+        kinds: dict[str, list[str]] = {
+            "ansible-playbook": [str(Path(sys.executable).parent / "ansible-playbook"),
+                                 "-i", str(inventory), str(playbook)],
+            "sglang-lxc run": [sys.executable, "-m", "sglang_lxc.cli", "run", "-i",
+                               str(inventory), str(playbook), "--artifacts",
+                               str(where / "artifacts"), "--view", "plain"],
+        }
+        if args.bare_runner:
+            kinds["ansible-runner (bare)"] = [sys.executable, "-c", BARE_RUNNER,
+                                              str(where / "bare"), str(playbook), str(inventory)]
+        # one warm-up run of each (page cache, .pyc), then alternate the kinds
+        for argv_ in kinds.values():
+            timed(argv_, where)
+        times: dict[str, list[float]] = {k: [] for k in kinds}
+        for rep in range(args.repeat):
+            for kind, argv_ in kinds.items():
+                times[kind].append(timed(argv_, where))
+                print(f"rep {rep + 1}: {kind:<22} {times[kind][-1]:7.2f} s", flush=True)
+
+    base = statistics.median(times["ansible-playbook"])
+    print(f"\n{args.tasks} x {args.module} on localhost, {args.repeat} runs each (median, min):")
+    for kind, values in times.items():
+        median = statistics.median(values)
+        print(f"  {kind:<22} {median:7.2f} s  {min(values):7.2f} s  "
+              f"ratio {median / base:5.3f}  overhead {100 * (median / base - 1):+5.1f} %")
+    ratio = statistics.median(times["sglang-lxc run"]) / base
+    print(f"\nsglang-lxc run / ansible-playbook = {ratio:.3f} "
+          f"({'within' if ratio < 1.05 else 'over'} the 5% target)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
