@@ -10,15 +10,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TextIO
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from .checklist import Checklist, ExitCode, Status, TodoItem
 from .reports import item_note
+
+if TYPE_CHECKING:  # rich is imported only when a table is drawn: plain runs start faster
+    from rich.console import Console, Group
+    from rich.table import Table
 
 REFRESH_PER_SECOND = 4
 VIEWS = ("auto", "live", "plain")
@@ -48,6 +47,9 @@ def ci_environment() -> bool:
 
 
 def checklist_table(checklist: Checklist, title: str | None = None) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left", expand=False, show_edge=False, pad_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column("todo", overflow="fold")
@@ -126,6 +128,9 @@ class _LiveRenderable:
         self.view = view
 
     def __rich__(self) -> Group:
+        from rich.console import Group
+        from rich.text import Text
+
         with self.view.lock:
             run = self.view.checklist.run
             header = Text(f"sglang-lxc · {os.path.basename(run.playbook)} · ", style="bold")
@@ -140,6 +145,9 @@ class LiveView:
 
     def __init__(self, checklist: Checklist, console: Console | None = None,
                  lock: threading.Lock | None = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         self.checklist = checklist
         self.console = console or Console()
         self.lock = lock or threading.Lock()
