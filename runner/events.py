@@ -29,6 +29,8 @@ DETAILS_KEY = "todo_details"
 SKIP_KEY = "todo_skip"
 MAX_MESSAGE = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# ansible-runner appends _<n> to the play uuid for each further batch of a serial play
+_BATCH_SUFFIX = re.compile(r"_\d+$")
 _NOISE = {
     "non-zero return code",
     "MODULE FAILURE",
@@ -180,7 +182,7 @@ class ChecklistReducer:
             self._on_change(item, item.status)
 
     def _play_start(self, data: dict[str, Any]) -> None:
-        uuid = str(data.get("play_uuid") or data.get("uuid") or "")
+        uuid = _BATCH_SUFFIX.sub("", str(data.get("play_uuid") or data.get("uuid") or ""))
         if uuid in self._play_uuids:  # serial: the next batch of the same play
             for item in self.checklist.for_play(self._play_uuids[uuid]):
                 if item.status is Status.IN_PROGRESS:

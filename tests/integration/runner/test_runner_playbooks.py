@@ -189,3 +189,13 @@ def test_no_log_secret_appears_in_no_output(tmp_path, extra):
     assert SECRET not in status(tmp_path).stdout
     if extra:
         assert "[sglang-lxc: output of a no_log task removed]" in result.output
+
+
+def test_serial_batches_stay_one_milestone_per_host(tmp_path):
+    result = run(tmp_path, "serial.yml")
+    assert result.rc == 0, result.output
+    assert [(t["id"], t["status"], t["details"]) for t in result.items.values()] == [
+        ("1-alpha", "completed", "restarted"),
+        ("1-beta", "completed", "restarted"),
+        ("2-alpha", "completed", ""),
+    ]

@@ -199,7 +199,7 @@ def test_a_play_missing_from_the_plan_is_added():
 def test_serial_batches_settle_each_batch_and_the_play_keeps_its_index():
     plan = make_plan(("Rolling restart", ["a", "b"]), ("After", ["a"]))
     events = [play_start("Rolling restart", "u1"), on("start", "a"), on("ok", "a", res={}),
-              play_start("Rolling restart", "u1"), on("start", "b")]
+              play_start("Rolling restart", "u1_1"), on("start", "b")]
     checklist = Checklist()
     reducer = ChecklistReducer(checklist, plan)
     for event in events:
