@@ -170,6 +170,7 @@ class RunSession:
                 self.reducer.load_plan(plan)
             if note:
                 self.checklist.run.notes.append(note.splitlines()[0][:300])
+                self.err.write(f"sglang-lxc: {note.splitlines()[0][:300]}\n")
             self.view.planned()
             self._write_json()
 
