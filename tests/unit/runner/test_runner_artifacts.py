@@ -1,0 +1,44 @@
+"""Run folders and the `latest` link."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from sglang_lxc.artifacts import LATEST, find_run, mark_latest, new_run_id
+from sglang_lxc.errors import RunError
+
+
+def make_run(root: Path, name: str, mtime: float) -> Path:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    todo = run_dir / "todo.json"
+    todo.write_text("{}")
+    os.utime(todo, (mtime, mtime))
+    return run_dir
+
+
+def test_run_ids_sort_by_time_and_name_the_playbook():
+    run_id = new_run_id(Path("/x/site.yml"))
+    assert run_id[8] == "T" and run_id[15] == "Z" and "-site-" in run_id
+    assert new_run_id(Path("site.yml")) != new_run_id(Path("site.yml"))
+
+
+def test_latest_link_wins_then_the_newest_run(tmp_path):
+    old = make_run(tmp_path, "a-old", 1_000)
+    new = make_run(tmp_path, "b-new", 2_000)
+    assert find_run(tmp_path) == new  # no link yet: newest todo.json
+    mark_latest(tmp_path, old)
+    assert (tmp_path / LATEST).is_symlink()
+    assert find_run(tmp_path) == old.resolve()
+    mark_latest(tmp_path, new)
+    assert find_run(tmp_path) == new.resolve()
+    assert find_run(tmp_path, "a-old") == old
+
+
+def test_unknown_or_missing_runs_are_errors(tmp_path):
+    with pytest.raises(RunError, match="no run found"):
+        find_run(tmp_path)
+    with pytest.raises(RunError, match="no checklist for run 'zzz'"):
+        find_run(tmp_path, "zzz")
