@@ -3,7 +3,8 @@
 
 Runs one generated playbook (N trivial tasks on localhost, local connection) alternately with
 plain ``ansible-playbook`` and with ``sglang-lxc run`` (checklist, plain view, reports), several
-times, and prints the wall-clock times, the medians and their ratio. ``--bare-runner`` adds
+times, and prints wall-clock and CPU times (user+sys of the whole process tree, steadier than
+wall time on a busy machine), their medians and ratios. ``--bare-runner`` adds
 ``ansible_runner.run()`` without any handler, to split ansible-runner's own cost from ours.
 
     .venv/bin/python benchmarks/runner_overhead.py --tasks 200 --repeat 3 --module ping
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,14 +61,20 @@ def environment() -> dict[str, str]:
     return env
 
 
-def timed(argv: list[str], cwd: Path) -> float:
-    start = time.perf_counter()
+def cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and everything it waited for)."""
+    cpu0, start = cpu_of_children(), time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=environment(), stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, cpu_of_children() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"{argv[0:4]} failed with {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return elapsed
+    return elapsed, cpu
 
 
 BARE_RUNNER = """
@@ -104,21 +112,29 @@ def main(argv: list[str] | None = None) -> int:
         # one warm-up run of each (page cache, .pyc), then alternate the kinds
         for argv_ in kinds.values():
             timed(argv_, where)
-        times: dict[str, list[float]] = {k: [] for k in kinds}
+        wall: dict[str, list[float]] = {k: [] for k in kinds}
+        cpu: dict[str, list[float]] = {k: [] for k in kinds}
         for rep in range(args.repeat):
             for kind, argv_ in kinds.items():
-                times[kind].append(timed(argv_, where))
-                print(f"rep {rep + 1}: {kind:<22} {times[kind][-1]:7.2f} s", flush=True)
+                elapsed, used = timed(argv_, where)
+                wall[kind].append(elapsed)
+                cpu[kind].append(used)
+                print(f"rep {rep + 1}: {kind:<22} wall {elapsed:7.2f} s   cpu {used:7.2f} s",
+                      flush=True)
 
-    base = statistics.median(times["ansible-playbook"])
-    print(f"\n{args.tasks} x {args.module} on localhost, {args.repeat} runs each (median, min):")
-    for kind, values in times.items():
-        median = statistics.median(values)
-        print(f"  {kind:<22} {median:7.2f} s  {min(values):7.2f} s  "
-              f"ratio {median / base:5.3f}  overhead {100 * (median / base - 1):+5.1f} %")
-    ratio = statistics.median(times["sglang-lxc run"]) / base
-    print(f"\nsglang-lxc run / ansible-playbook = {ratio:.3f} "
-          f"({'within' if ratio < 1.05 else 'over'} the 5% target)")
+    print(f"\n{args.tasks} x {args.module} on localhost, {args.repeat} runs each:")
+    for label, figures in (("wall", wall), ("cpu", cpu)):
+        base = statistics.median(figures["ansible-playbook"])
+        print(f"  {label} (median, min):")
+        for kind, values in figures.items():
+            median = statistics.median(values)
+            print(f"    {kind:<22} {median:7.2f} s  {min(values):7.2f} s  "
+                  f"ratio {median / base:5.3f}  overhead {100 * (median / base - 1):+5.1f} %")
+    for label, figures in (("wall", wall), ("cpu", cpu)):
+        ratio = statistics.median(figures["sglang-lxc run"]) / statistics.median(
+            figures["ansible-playbook"])
+        print(f"sglang-lxc run / ansible-playbook ({label}) = {ratio:.3f} "
+              f"({'within' if ratio < 1.05 else 'over'} the 5% target)")
     return 0
 
 
