@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each kind (3)")
     parser.add_argument("--module", choices=sorted(MODULES), default="ping",
                         help="what each task does (ping)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed runs of each kind first (1)")
     parser.add_argument("--bare-runner", action="store_true",
                         help="also time ansible_runner.run() without handlers")
     args = parser.parse_args(argv)
@@ -109,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.bare_runner:
             kinds["ansible-runner (bare)"] = [sys.executable, "-c", BARE_RUNNER,
                                               str(where / "bare"), str(playbook), str(inventory)]
-        # one warm-up run of each (page cache, .pyc), then alternate the kinds
-        for argv_ in kinds.values():
-            timed(argv_, where)
+        # warm-up runs (page cache, .pyc), then alternate the kinds
+        for _ in range(args.warmup):
+            for argv_ in kinds.values():
+                timed(argv_, where)
         wall: dict[str, list[float]] = {k: [] for k in kinds}
         cpu: dict[str, list[float]] = {k: [] for k in kinds}
         for rep in range(args.repeat):
