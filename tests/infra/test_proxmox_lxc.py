@@ -4,9 +4,6 @@ Run after a deploy: pytest tests/infra/test_proxmox_lxc.py --hosts=ansible://all
 --ansible-inventory=inventory/example
 """
 
-import pytest
-
-
 
 def test_systemd_is_running(host):
     state = host.run("systemctl is-system-running").stdout.strip()
@@ -16,7 +13,8 @@ def test_systemd_is_running(host):
 
 def test_python3_for_ansible(host):
     assert host.exists("python3")
-    assert host.run("python3 -c 'import sys; print(sys.version_info >= (3, 9))'").stdout.strip() == "True"
+    check = host.run("python3 -c 'import sys; print(sys.version_info >= (3, 9))'")
+    assert check.stdout.strip() == "True"
 
 
 def test_sshd_enabled_and_listening(host):

@@ -26,7 +26,8 @@ def snapshot() -> dict[str, str]:
         ([ct(211, vmid=99)], {}, "proxmox_lxc_containers (node localhost)[ct211].vmid: must be "
                                  "an integer in 100..999999999, got 99"),
         ([ct(211), ct(212, vmid=211)], {}, "[ct212].vmid: 211 is also used by ct211"),
-        ([ct(211), ct(212, ip="10.0.3.211/24")], {}, "[ct212].ip: 10.0.3.211 is also used by ct211"),
+        ([ct(211), ct(212, ip="10.0.3.211/24")], {},
+         "[ct212].ip: 10.0.3.211 is also used by ct211"),
         ([ct(211, memory=128)], {}, "[ct211].memory: 128 MiB is below the floor of 512 MiB"),
         ([ct(211)], {"proxmox_lxc_recreate": ["ct999"]},
          "proxmox_lxc_recreate: 'ct999' is not a container in the inventory"),
