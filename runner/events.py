@@ -208,8 +208,7 @@ class ChecklistReducer:
         # not in the plan (the planner failed, or the playbook changed under us): add it
         index = max([p.index for p in plays] + list(self._play_uuids.values()) + [0]) + 1
         planned = PlannedPlay(index=index, name=name or pattern, pattern=pattern, hosts=[])
-        plays.append(planned)
-        self._next_planned = len(plays)
+        plays.append(planned)  # after every planned play: the pointer stays where it is
         self._planned_by_index[index] = planned
         return planned
 

@@ -196,6 +196,18 @@ def test_a_play_missing_from_the_plan_is_added():
         ("1-a", "Surprise on a", Status.COMPLETED)]
 
 
+def test_an_unplanned_play_does_not_hide_the_planned_ones_after_it():
+    plan = make_plan(("A", ["h"]), ("B", ["h"]))
+    events = [play_start("A"), on("start", "h"), on("ok", "h", res={}),
+              play_start("Surprise"), on("start", "h"), on("ok", "h", res={}),
+              play_start("B"), on("start", "h"), on("ok", "h", res={}), stats()]
+    checklist, code, _ = replay(plan, events)
+    assert code is ExitCode.OK
+    assert [(i.id, i.status) for i in checklist.items] == [
+        ("1-h", Status.COMPLETED), ("2-h", Status.COMPLETED), ("3-h", Status.COMPLETED)]
+    assert checklist.items[2].content == "Surprise on h"
+
+
 def test_serial_batches_settle_each_batch_and_the_play_keeps_its_index():
     plan = make_plan(("Rolling restart", ["a", "b"]), ("After", ["a"]))
     events = [play_start("Rolling restart", "u1"), on("start", "a"), on("ok", "a", res={}),
