@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def lab_containers(count, root: str, first_vmid: int = 200, subnet: str = "10.0.3",
-                   bridge: str = "lxcbr0") -> list[dict]:
+def lab_containers(
+    count, root: str, first_vmid: int = 200, subnet: str = "10.0.3", bridge: str = "lxcbr0"
+) -> list[dict]:
     """Specs of the lab's containers: ct200, ct201, ... at 10.0.3.200, .201, ..."""
     count = int(count)
     if not 1 <= count <= 20:
@@ -12,17 +13,19 @@ def lab_containers(count, root: str, first_vmid: int = 200, subnet: str = "10.0.
     specs = []
     for vmid in range(first_vmid, first_vmid + count):
         name = f"ct{vmid}"
-        specs.append({
-            "name": name,
-            "vmid": vmid,
-            "ip": f"{subnet}.{vmid % 256}/24",
-            "gateway": f"{subnet}.1",
-            "bridge": bridge,
-            "mounts": [
-                {"host_path": f"{root}/data/{name}/models", "path": "/srv/models"},
-                {"host_path": f"{root}/data/{name}/checkpoints", "path": "/srv/checkpoints"},
-            ],
-        })
+        specs.append(
+            {
+                "name": name,
+                "vmid": vmid,
+                "ip": f"{subnet}.{vmid % 256}/24",
+                "gateway": f"{subnet}.1",
+                "bridge": bridge,
+                "mounts": [
+                    {"host_path": f"{root}/data/{name}/models", "path": "/srv/models"},
+                    {"host_path": f"{root}/data/{name}/checkpoints", "path": "/srv/checkpoints"},
+                ],
+            }
+        )
     return specs
 
 

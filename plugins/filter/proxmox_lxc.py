@@ -237,8 +237,10 @@ def lxc_container_errors(
         name = ct.get("name") or f"#{i}"
         where = f"{var}[{name}]"
         vmid = ct.get("vmid")
-        if isinstance(vmid, bool) or not isinstance(vmid, int) or not (
-            VMID_MIN <= vmid <= VMID_MAX
+        if (
+            isinstance(vmid, bool)
+            or not isinstance(vmid, int)
+            or not (VMID_MIN <= vmid <= VMID_MAX)
         ):
             errors.append(
                 f"{where}.vmid: must be an integer in {VMID_MIN}..{VMID_MAX}, got {vmid!r}"
@@ -267,20 +269,24 @@ def lxc_container_errors(
                     errors.append(f"{where}.ip: {addr} is also used by {seen_ip[addr]}")
                 seen_ip.setdefault(addr, name)
             except ValueError as exc:
-                errors.append(f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} "
-                              f"({exc})")
+                errors.append(
+                    f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc})"
+                )
         gpus = ct.get("gpus", "none")
-        if not (gpus in ("all", "none") or (
-            isinstance(gpus, list) and all(isinstance(g, int) and g >= 0 for g in gpus)
-        )):
-            errors.append(f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, "
-                          f"got {gpus!r}")
+        if not (
+            gpus in ("all", "none")
+            or (isinstance(gpus, list) and all(isinstance(g, int) and g >= 0 for g in gpus))
+        ):
+            errors.append(
+                f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}"
+            )
         paths = [m.get("path") for m in ct.get("mounts") or []]
         for mount in ct.get("mounts") or []:
             for key in ("host_path", "path"):
                 if not str(mount.get(key, "")).startswith("/"):
-                    errors.append(f"{where}.mounts.{key}: must be an absolute path, got "
-                                  f"{mount.get(key)!r}")
+                    errors.append(
+                        f"{where}.mounts.{key}: must be an absolute path, got {mount.get(key)!r}"
+                    )
         if len(paths) != len(set(paths)):
             errors.append(f"{where}.mounts: the same container path is mounted twice")
     names = {ct.get("name") for ct in [*(containers or []), *(others or [])]}
