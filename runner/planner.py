@@ -66,6 +66,10 @@ class Plan:
                 rendered = render(play, host)
             except Exception as exc:  # a title must never break the run
                 log.debug("todo_content of %s on %s: %s", play.name, host, exc)
+                note = f"{play.name}: todo_content could not be rendered ({exc}); using the name"
+                note = " ".join(note.split())[:300]
+                if note not in self.notes:
+                    self.notes.append(note)
             else:
                 if rendered:
                     play.contents[host] = rendered
@@ -204,9 +208,13 @@ def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequenc
                 hosts=hosts,
                 priority=normalise_priority(play.vars.get("todo_priority"), name, plan.notes),
                 content_template=_plain(play.vars.get("todo_content")),
-                simple_vars={k: _plain(v) for k, v in play.vars.items()
-                             if isinstance(v, str | int | float | bool)},
             )
+            if planned.content_template:  # only what the title uses
+                planned.simple_vars = {
+                    k: _plain(v) for k, v in play.vars.items()
+                    if k != "todo_content" and isinstance(v, str | int | float | bool)
+                    and k in str(planned.content_template)
+                }
             try:
                 all_vars = variable_manager.get_vars(play=play)
                 tasks: list[Any] = []
