@@ -135,8 +135,8 @@ class ActionModule(ActionBase):
             f"cd {q(work_dir)} || exit 2; "
             # A build left running by an interrupted run holds stale inputs: stop it first.
             "if [ -s build.pid ] && kill -0 \"$(cat build.pid)\" 2>/dev/null; then "
-            "kill -TERM -- \"-$(cat build.pid)\" 2>/dev/null; sleep 2; "
-            "kill -KILL -- \"-$(cat build.pid)\" 2>/dev/null; fi; "
+            "kill -s TERM -- \"-$(cat build.pid)\" 2>/dev/null; sleep 2; "
+            "kill -s KILL -- \"-$(cat build.pid)\" 2>/dev/null; fi; "
             "rm -f build.status build.log; "
             f"env {env} setsid /bin/bash -c {q(inner)} </dev/null >/dev/null 2>&1 & "
             "echo $! > build.pid; cat build.pid"
@@ -148,10 +148,16 @@ class ActionModule(ActionBase):
                 f"{res.get('stderr', '')}{res.get('stdout', '')}"
             )
         pid = res.get("stdout", "").strip()
+        if not pid.isdigit():
+            raise AnsibleActionFail(f"sgl-kernel build on {host}: no pid from the launch: {pid!r}")
         display.display(f"sgl-kernel build on {host}: started (pid {pid}), log {work_dir}/build.log")
 
+        # RUNNING while the build's process group lives; GONE when it vanished without a status
+        # (killed from outside, container restarted).
         poll_cmd = (
-            f"cd {q(work_dir)} && {{ cat build.status 2>/dev/null || echo RUNNING; }}; "
+            f"cd {q(work_dir)} && {{ cat build.status 2>/dev/null || "
+            f"{{ kill -s 0 -- -{int(pid)} 2>/dev/null && echo RUNNING; }} || "
+            "{ sleep 1; cat build.status 2>/dev/null || echo GONE; }; }; "
             "echo @@SGLK@@; tail -c 8192 build.log 2>/dev/null; true"
         )
         last_shown = ""
@@ -165,8 +171,8 @@ class ActionModule(ActionBase):
                 break
             if elapsed > timeout:
                 self._sh(
-                    f"cd {q(work_dir)} && kill -TERM -- -{int(pid)} 2>/dev/null; sleep 5; "
-                    f"kill -KILL -- -{int(pid)} 2>/dev/null; true"
+                    f"cd {q(work_dir)} && kill -s TERM -- -{int(pid)} 2>/dev/null; sleep 5; "
+                    f"kill -s KILL -- -{int(pid)} 2>/dev/null; true"
                 )
                 raise AnsibleActionFail(
                     f"sgl-kernel build on {host} stopped: it ran past "
@@ -177,8 +183,18 @@ class ActionModule(ActionBase):
             display.display(f"sgl-kernel build on {host} ({_fmt(elapsed)}): {shown}")
             last_shown = shown
 
-        rc = int(status) if status.lstrip("-").isdigit() else -1
         tail_lines = [ln for ln in tail.splitlines() if ln.strip()][-40:]
+        if status == "GONE":
+            return {
+                "failed": True,
+                "changed": False,
+                "rc": -1,
+                "log": f"{work_dir}/build.log",
+                "log_tail": tail_lines,
+                "msg": f"sgl-kernel build on {host} stopped without an exit status (killed?); "
+                f"the installed version is untouched; log {work_dir}/build.log",
+            }
+        rc = int(status) if status.lstrip("-").isdigit() else -1
         out = {
             "rc": rc,
             "elapsed_s": round(time.monotonic() - start, 1),

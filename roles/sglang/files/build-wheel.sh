@@ -1,7 +1,8 @@
 #!/bin/bash
 # Managed by Ansible (role sglang): builds a wheel aside, never touches the venv.
-# Inputs (environment): SGLK_PYTHON, SGLK_SRC, SGLK_WORK, SGLK_CUDA_ENV (optional), and the build
-# knobs the role passes (MAX_JOBS, CMAKE_BUILD_PARALLEL_LEVEL, CMAKE_ARGS, TORCH_CUDA_ARCH_LIST...).
+# Inputs (environment): SGLK_PYTHON, SGLK_SRC, SGLK_WORK, optional SGLK_CUDA_ENV and SGLK_CONFIG_ID,
+# and the build knobs the role passes (MAX_JOBS, CMAKE_BUILD_PARALLEL_LEVEL, CMAKE_ARGS,
+# TORCH_CUDA_ARCH_LIST, ...).
 # Output: exactly one wheel in $SGLK_WORK/dist, replaced only when the build succeeds.
 set -euo pipefail
 
@@ -20,13 +21,24 @@ echo "sgl-kernel build: MAX_JOBS=${MAX_JOBS:-?} CMAKE_BUILD_PARALLEL_LEVEL=${CMA
 echo "sgl-kernel build: CMAKE_ARGS=${CMAKE_ARGS:-}"
 echo "sgl-kernel build: nvcc: $(command -v nvcc || echo none)"
 
+# The build tree is reused while the configuration (flags, env, toolchain) is unchanged, so a
+# source change rebuilds incrementally; a configuration change starts from an empty tree, since a
+# CMake cache keeps values a later configure no longer passes.
+build="${SGLK_WORK}/build"
+if [ "$(cat "${build}/.sglang-lxc-config" 2>/dev/null)" != "${SGLK_CONFIG_ID:-none}" ]; then
+    echo "sgl-kernel build: configuration changed, starting from an empty build tree"
+    rm -rf "${build}"
+fi
+mkdir -p "${build}"
+echo "${SGLK_CONFIG_ID:-none}" > "${build}/.sglang-lxc-config"
+
 partial="${SGLK_WORK}/dist.partial"
 rm -rf "${partial}"
-mkdir -p "${partial}" "${SGLK_WORK}/build"
+mkdir -p "${partial}"
 
 "${SGLK_PYTHON}" -m pip wheel --no-deps --no-build-isolation --no-index \
     --disable-pip-version-check --no-input --progress-bar off -v \
-    --config-settings=build-dir="${SGLK_WORK}/build" \
+    --config-settings=build-dir="${build}" \
     --wheel-dir "${partial}" "${SGLK_SRC}"
 
 count=$(find "${partial}" -maxdepth 1 -name '*.whl' | wc -l)
