@@ -90,7 +90,7 @@ def test_recreate_keeps_the_mounted_data(ct):
     ct.exec("sh", "-c", "echo old > /root/marker")
     result = ct.provision(extra_vars={"proxmox_lxc_recreate": [ct.name]})
     assert result.rc == 0, str(result)
-    assert "destroy CT 210" in result.output
+    assert "Destroy the container, keeping its bind-mounted data | ct210" in result.output
     assert ct.exec("test", "-e", "/root/marker", check=False).returncode != 0, "not recreated"
     data = ct.exec("cat", "/srv/models/shard-00001.safetensors").stdout
     assert data.strip() == "weights"
