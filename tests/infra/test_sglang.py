@@ -1,0 +1,84 @@
+"""Verify the SGLang stack and the sgl-kernel source build (role sglang) on a serving host.
+
+Run against your own hosts:
+
+    pytest tests/infra/test_sglang.py --hosts=ansible://sglang_servers \
+        --ansible-inventory=inventory/example
+
+The venv is ``SGLANG_LXC_VENV``, else the inventory's ``sglang_lxc_venv``, else
+``/opt/sglang/venv``. Stack checks run where sglang is installed; build checks where the role
+left its stamp (sgl-kernel built from source).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+
+
+@pytest.fixture
+def venv(host) -> str:
+    if os.environ.get("SGLANG_LXC_VENV"):
+        return os.environ["SGLANG_LXC_VENV"]
+    try:
+        return host.ansible.get_variables().get("sglang_lxc_venv", "/opt/sglang/venv")
+    except Exception:  # a non-ansible backend
+        return "/opt/sglang/venv"
+
+
+def py(host, venv: str, code: str):
+    return host.run(f"{venv}/bin/python -c {shlex.quote(code)}")
+
+
+def installed(host, venv: str, dist: str) -> str | None:
+    res = py(host, venv, f"import importlib.metadata as m; print(m.version({dist!r}))")
+    return res.stdout.strip() if res.rc == 0 else None
+
+
+def test_venv_python_runs(host, venv):
+    assert host.file(f"{venv}/bin/python").exists
+    assert py(host, venv, "import sys; print(sys.prefix)").stdout.strip() == venv
+
+
+def test_locked_stack_imports(host, venv):
+    if installed(host, venv, "sglang") is None:
+        pytest.skip("sglang is not installed in this venv (stack disabled)")
+    res = py(host, venv, "import sglang, torch, flashinfer; print(torch.__version__)")
+    assert res.rc == 0, res.stderr
+
+
+def test_stack_dependencies_consistent(host, venv):
+    if installed(host, venv, "sglang") is None:
+        pytest.skip("sglang is not installed in this venv (stack disabled)")
+    res = host.run(f"{venv}/bin/python -m pip check --disable-pip-version-check")
+    assert res.rc == 0, res.stdout + res.stderr
+
+
+def _stamp(host, venv):
+    f = host.file(f"{venv}/.sglang-lxc/sgl-kernel.json")
+    if not f.exists:
+        pytest.skip("no sgl-kernel source build on this host")
+    return json.loads(f.content_string)
+
+
+def test_built_kernel_is_the_installed_one(host, venv):
+    stamp = _stamp(host, venv)
+    wheel = stamp["wheel"]
+    dist = wheel.split("-")[0].replace("_", "-")
+    assert installed(host, venv, dist) == stamp["version"]
+
+
+def test_built_kernel_imports(host, venv):
+    _stamp(host, venv)
+    res = py(host, venv, "import sgl_kernel")
+    assert res.rc == 0, res.stderr
+
+
+def test_build_flags_are_sm120_only(host, venv):
+    inputs = _stamp(host, venv)["inputs"]
+    assert inputs["cuda_archs"] == ["12.0"]
+    assert "-DENABLE_BELOW_SM90=OFF" in inputs["cmake_args"]
+    assert "-DSGL_KERNEL_ENABLE_FA3=OFF" in inputs["cmake_args"]

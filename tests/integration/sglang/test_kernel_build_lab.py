@@ -1,0 +1,180 @@
+"""The sgl-kernel build path of role `sglang`, for real, on a lab container.
+
+The real sgl-kernel takes hours on two cores, so a stand-in project
+(tests/fixtures/sgl_kernel_fixture: scikit-build-core + CMake + six .cu files compiled by nvcc for
+sm_120, distribution sglang-kernel, import sgl_kernel) goes through the same tasks: wheelhouse build
+tools, source copy, capped detached build, install, stamp. A compiler launcher records how many
+compiles run at once.
+
+Needs the cuda_toolkit role (playbooks/toolchain.yml) for nvcc; the container has no route to
+package registries, so the build tools come through the controller wheelhouse.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.lablib import REPO, VENV_BIN, lab_env
+
+pytestmark = pytest.mark.lab
+
+VMID = 230
+PLAYBOOK = "playbooks/sglang.yml"
+FIXTURE = REPO / "tests" / "fixtures" / "sgl_kernel_fixture"
+VENV = "/opt/sglang/venv"
+WORK = "/opt/sglang/build/sgl-kernel"
+STAMP = f"{VENV}/.sglang-lxc/sgl-kernel.json"
+LAUNCHER_DIR = "/var/tmp/sgl-kernel-launcher"
+
+
+def fixture_vars(**overrides) -> dict:
+    base = {
+        "sglang_stack_enabled": False,
+        "sglang_kernel_source_dir": str(FIXTURE),
+        "sglang_kernel_source_subdir": "",
+        "sglang_kernel_build_requirements_file": str(FIXTURE / "build-requirements.txt"),
+        "sglang_kernel_build_poll": 3,
+        # 2 CPUs and ~4 GiB in a lab container: (avail - 0.5) / 0.5 >= 2, so the CPUs bind.
+        "sglang_kernel_build_per_thread_gb": 0.5,
+        "sglang_kernel_build_reserve_gb": 0.5,
+        "sglang_kernel_build_slot": "lab",
+        "sglang_kernel_build_env": {
+            "CMAKE_CUDA_COMPILER_LAUNCHER": f"{WORK}/src/tools/launcher.sh",
+            "CMAKE_CXX_COMPILER_LAUNCHER": f"{WORK}/src/tools/launcher.sh",
+            "FIXTURE_LAUNCHER_DIR": LAUNCHER_DIR,
+        },
+    }
+    base.update(overrides)
+    if "variant" in base:
+        base["sglang_kernel_extra_cmake_args"] = [f"-DFIXTURE_VARIANT={base.pop('variant')}"]
+    return base
+
+
+def sh(ct, command: str, check: bool = True) -> str:
+    return ct.exec("sh", "-c", command, check=check).stdout.strip()
+
+
+def build_info(ct) -> dict:
+    return json.loads(sh(ct, f"{VENV}/bin/python -c 'import json, sgl_kernel; "
+                             "print(json.dumps(sgl_kernel.build_info()))'"))
+
+
+def stamp(ct) -> dict:
+    return json.loads(sh(ct, f"cat {STAMP}"))
+
+
+def reset_launcher(ct) -> None:
+    sh(ct, f"rm -rf {LAUNCHER_DIR}")
+
+
+def max_concurrent(ct) -> int:
+    return int(sh(ct, f"cat {LAUNCHER_DIR}/max"))
+
+
+@pytest.fixture(scope="module")
+def ct(lab_container):
+    ct = lab_container(VMID)
+    result = ct.run_playbook("playbooks/toolchain.yml")
+    assert result.rc == 0, str(result)
+    return ct
+
+
+def test_bad_input_fails_before_any_change(ct):
+    for extra, name in [
+        ({"sglang_version": "0.0.99"}, "sglang_version"),
+        ({"sglang_kernel_nvcc_threads": 0}, "sglang_kernel_nvcc_threads"),
+        ({"sglang_kernel_build_reserve_gb": -1}, "sglang_kernel_build_reserve_gb"),
+        ({"sglang_kernel_source_dir": "/nonexistent"}, "sglang_kernel_source_dir"),
+    ]:
+        result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(**extra))
+        assert result.rc != 0, str(result)
+        assert name in result.output, str(result)
+        assert result.changed == 0, str(result)
+    assert sh(ct, f"test -e {VENV} && echo yes || echo no") == "no"
+
+
+def test_converge_builds_with_the_cap(ct):
+    reset_launcher(ct)
+    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars())
+    assert result.rc == 0, str(result)
+    assert result.changed > 0
+    assert "objects compiled" in result.output  # progress polls were shown
+    jobs = stamp(ct)["build"]["jobs"]
+    assert jobs == 2, stamp(ct)  # 2 CPUs in a lab container
+    assert max_concurrent(ct) == jobs  # parallel, and never more than the cap
+    info = build_info(ct)
+    assert info["variant"] == 1
+    assert info["archs"] == "120"
+    assert info["nvcc_threads"] == 1
+    assert (info["below_sm90"], info["fa3"]) == ("OFF", "OFF")
+    assert stamp(ct)["version"] == "0.0.1"
+
+
+def test_rerun_skips_the_build(ct):
+    before = sh(ct, f"stat -c %Y {STAMP}")
+    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars())
+    assert result.rc == 0, str(result)
+    assert result.changed == 0, str(result)
+    assert sh(ct, f"stat -c %Y {STAMP}") == before
+
+
+def test_check_mode_changes_nothing(ct):
+    before = sh(ct, f"md5sum {STAMP}")
+    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(variant=2), check=True)
+    assert result.rc == 0, str(result)
+    assert sh(ct, f"md5sum {STAMP}") == before
+    assert build_info(ct)["variant"] == 1
+
+
+def test_changed_flag_rebuilds_under_a_memory_bound_cap(ct):
+    reset_launcher(ct)
+    # floor((~3.5 GiB - 0) / 3 GiB) = 1 job: memory binds, compiles run one at a time.
+    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(
+        variant=2, sglang_kernel_build_per_thread_gb=3, sglang_kernel_build_reserve_gb=0))
+    assert result.rc == 0, str(result)
+    assert stamp(ct)["build"]["jobs"] == 1
+    assert stamp(ct)["build"]["limited_by"] in ("memory", "floor")
+    assert max_concurrent(ct) == 1
+    assert build_info(ct)["variant"] == 2
+
+
+def test_killed_build_leaves_the_previous_version(ct):
+    before = sh(ct, f"md5sum {STAMP}")
+    old_pid = sh(ct, f"cat {WORK}/build.pid")
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
+           "--limit", ct.name, "-e", json.dumps(fixture_vars(variant=3))]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            pid = sh(ct, f"cat {WORK}/build.pid 2>/dev/null", check=False)
+            if pid and pid != old_pid and "Building CUDA object" in sh(
+                    ct, f"cat {WORK}/build.log 2>/dev/null", check=False):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail("the build never started compiling")
+        sh(ct, f"kill -s TERM -- -{int(pid)}")
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, output
+    assert "stopped without an exit status" in output
+    assert sh(ct, f"md5sum {STAMP}") == before
+    assert build_info(ct)["variant"] == 2  # the previous wheel still imports
+
+    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(variant=3))
+    assert result.rc == 0, str(result)
+    assert build_info(ct)["variant"] == 3
+
+
+def test_infra_checks_pass(ct):
+    proc = ct.testinfra("tests/infra/test_sglang.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
