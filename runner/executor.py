@@ -221,6 +221,7 @@ class RunSession:
     def execute(self, runner: Callable[..., Any] = ansible_runner.run) -> int:
         env = self.envvars()
         self.start_planning(env)
+        mark_latest(self.root, self.run_dir)  # `sglang-lxc status` follows the run as it goes
         self.view.start()
         self.cancel.install()
         rc: int | None = None
@@ -259,7 +260,6 @@ class RunSession:
                 self.checklist.run.notes.append(
                     f"{self.handler_errors} events could not be read (see the log)")
             paths = write_all(self.checklist, self.run_dir)
-        mark_latest(self.root, self.run_dir)
         self.view.stop([str(p) for p in paths])
         if failure:
             self.err.write(f"sglang-lxc: {failure}\n")
