@@ -169,6 +169,11 @@ class LabContainer:
     def destroy(self) -> None:
         pct("shutdown", str(self.vmid), "--timeout", "30", "--forceStop", "1", check=False)
         pct("destroy", str(self.vmid), check=False)
+        # an LXC container left without its Proxmox config by an interrupted run
+        lxc_path = os.environ.get("PCT_STANDIN_LXC_PATH", "/var/lib/lxc")
+        if (Path(lxc_path) / str(self.vmid)).exists():
+            subprocess.run(["lxc-destroy", "-f", "-P", lxc_path, "-n", str(self.vmid)],
+                           capture_output=True, check=False)
         shutil.rmtree(lab_root() / "data" / self.name, ignore_errors=True)
 
 
