@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import signal
+import socketserver
 import sys
 import threading
 import time
@@ -145,8 +146,18 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (socket.getfqdn): seconds of DNS
+        # timeouts in a container without a resolver. The real server does no such lookup.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+
+
 def serve(state: State) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((state.args.host, state.args.port), make_handler(state))
+    server = Server((state.args.host, state.args.port), make_handler(state))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

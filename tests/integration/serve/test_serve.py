@@ -30,12 +30,12 @@ BASE = {
     "sglang_serve_served_model_name": "standin",
     "sglang_serve_launch_command": ["/usr/bin/python3", f"{STANDIN_DIR}/sglang_server.py"],
     "sglang_serve_env": {
-        "SGLANG_STANDIN_LOAD_SECONDS": "4",
+        "SGLANG_STANDIN_LOAD_SECONDS": "8",
         "SGLANG_STANDIN_WARMUP_SECONDS": "1",
     },
     "sglang_serve_api_key": KEY,
     "sglang_serve_report_interval": 2,
-    "sglang_serve_stall_timeout": 8,
+    "sglang_serve_stall_timeout": 10,
     "sglang_serve_ready_timeout": 90,
     "sglang_serve_restart_sec": 1,
 }
