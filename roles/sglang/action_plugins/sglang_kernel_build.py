@@ -130,16 +130,23 @@ class ActionModule(ActionBase):
     def _build(self, host, script, work_dir, environment, start, timeout, poll) -> dict:
         q = shlex.quote
         env = " ".join(f"{q(str(k))}={q(str(v))}" for k, v in sorted(environment.items()))
-        inner = f"/bin/bash {q(script)} > build.log 2>&1; echo $? > build.status"
+        # The build's own shell records its pid once it leads a new session (setsid), and the
+        # launch waits for that: returning earlier races the SSH session teardown (SIGHUP to the
+        # launching shell's process group) against setsid.
+        inner = (
+            "echo $$ > build.pid.new && mv build.pid.new build.pid; "
+            f"/bin/bash {q(script)} > build.log 2>&1; echo $? > build.status"
+        )
         launch = (
             f"cd {q(work_dir)} || exit 2; "
             # A build left running by an interrupted run holds stale inputs: stop it first.
-            "if [ -s build.pid ] && kill -0 \"$(cat build.pid)\" 2>/dev/null; then "
-            "kill -s TERM -- \"-$(cat build.pid)\" 2>/dev/null; sleep 2; "
-            "kill -s KILL -- \"-$(cat build.pid)\" 2>/dev/null; fi; "
-            "rm -f build.status build.log; "
-            f"env {env} setsid /bin/bash -c {q(inner)} </dev/null >/dev/null 2>&1 & "
-            "echo $! > build.pid; cat build.pid"
+            'if [ -s build.pid ] && kill -0 "$(cat build.pid)" 2>/dev/null; then '
+            'kill -s TERM -- "-$(cat build.pid)" 2>/dev/null; sleep 2; '
+            'kill -s KILL -- "-$(cat build.pid)" 2>/dev/null; fi; '
+            "rm -f build.status build.log build.pid build.pid.new; "
+            f"env {env} nohup setsid /bin/bash -c {q(inner)} </dev/null >/dev/null 2>&1 & "
+            "i=0; while [ ! -s build.pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
+            "cat build.pid"
         )
         res = self._sh(launch)
         if res.get("rc") != 0:
@@ -150,7 +157,9 @@ class ActionModule(ActionBase):
         pid = res.get("stdout", "").strip()
         if not pid.isdigit():
             raise AnsibleActionFail(f"sgl-kernel build on {host}: no pid from the launch: {pid!r}")
-        display.display(f"sgl-kernel build on {host}: started (pid {pid}), log {work_dir}/build.log")
+        display.display(
+            f"sgl-kernel build on {host}: started (pid {pid}), log {work_dir}/build.log"
+        )
 
         # RUNNING while the build's process group lives; GONE when it vanished without a status
         # (killed from outside, container restarted).
@@ -213,10 +222,13 @@ class ActionModule(ActionBase):
         res = self._sh(f"ls -1 {q(work_dir)}/dist/*.whl")
         wheels = [w for w in res.get("stdout", "").split() if w.endswith(".whl")]
         if len(wheels) != 1:
-            out.update(failed=True, msg=f"sgl-kernel build on {host}: expected one wheel, "
-                                        f"found {wheels}")
+            out.update(
+                failed=True, msg=f"sgl-kernel build on {host}: expected one wheel, found {wheels}"
+            )
             return out
-        display.display(f"sgl-kernel build on {host}: built {os.path.basename(wheels[0])} in "
-                        f"{_fmt(out['elapsed_s'])}")
+        display.display(
+            f"sgl-kernel build on {host}: built {os.path.basename(wheels[0])} in "
+            f"{_fmt(out['elapsed_s'])}"
+        )
         out.update(changed=True, wheel=wheels[0])
         return out

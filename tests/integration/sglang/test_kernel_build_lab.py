@@ -59,8 +59,13 @@ def sh(ct, command: str, check: bool = True) -> str:
 
 
 def build_info(ct) -> dict:
-    return json.loads(sh(ct, f"{VENV}/bin/python -c 'import json, sgl_kernel; "
-                             "print(json.dumps(sgl_kernel.build_info()))'"))
+    return json.loads(
+        sh(
+            ct,
+            f"{VENV}/bin/python -c 'import json, sgl_kernel; "
+            "print(json.dumps(sgl_kernel.build_info()))'",
+        )
+    )
 
 
 def stamp(ct) -> dict:
@@ -133,8 +138,12 @@ def test_check_mode_changes_nothing(ct):
 def test_changed_flag_rebuilds_under_a_memory_bound_cap(ct):
     reset_launcher(ct)
     # floor((~3.5 GiB - 0) / 3 GiB) = 1 job: memory binds, compiles run one at a time.
-    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(
-        variant=2, sglang_kernel_build_per_thread_gb=3, sglang_kernel_build_reserve_gb=0))
+    result = ct.run_playbook(
+        PLAYBOOK,
+        extra_vars=fixture_vars(
+            variant=2, sglang_kernel_build_per_thread_gb=3, sglang_kernel_build_reserve_gb=0
+        ),
+    )
     assert result.rc == 0, str(result)
     assert stamp(ct)["build"]["jobs"] == 1
     assert stamp(ct)["build"]["limited_by"] in ("memory", "floor")
@@ -145,16 +154,29 @@ def test_changed_flag_rebuilds_under_a_memory_bound_cap(ct):
 def test_killed_build_leaves_the_previous_version(ct):
     before = sh(ct, f"md5sum {STAMP}")
     old_pid = sh(ct, f"cat {WORK}/build.pid")
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
-           "--limit", ct.name, "-e", json.dumps(fixture_vars(variant=3))]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(ct.inventory),
+        str(REPO / PLAYBOOK),
+        "--limit",
+        ct.name,
+        "-e",
+        json.dumps(fixture_vars(variant=3)),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             pid = sh(ct, f"cat {WORK}/build.pid 2>/dev/null", check=False)
-            if pid and pid != old_pid and "Building CUDA object" in sh(
-                    ct, f"cat {WORK}/build.log 2>/dev/null", check=False):
+            if (
+                pid
+                and pid != old_pid
+                and "Building CUDA object"
+                in sh(ct, f"cat {WORK}/build.log 2>/dev/null", check=False)
+            ):
                 break
             time.sleep(1)
         else:
@@ -177,4 +199,3 @@ def test_killed_build_leaves_the_previous_version(ct):
 def test_infra_checks_pass(ct):
     proc = ct.testinfra("tests/infra/test_sglang.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
