@@ -211,3 +211,31 @@ def test_version_change_leaves_no_stale_link(ct, extra, wheelhouse, monkeypatch)
     assert len(releases) == 2 and "current" in releases
     assert sh(ct, f"readlink {PREFIX}/current").startswith(f"{VERSION}-")
     assert "V13.0.88" in sh(ct, f". {ENV_FILE}; $CUDA_HOME/bin/nvcc --version")
+
+
+def test_system_toolkit_gets_only_overlay_links_and_env(ct, extra, monkeypatch):
+    root = "/usr/local/cuda-13.0"
+    # a toolkit installed outside the role: the wheel tree without the overlay and links
+    sh(
+        ct,
+        f"rm -rf {root} && cp -a {PREFIX}/current/nvidia/cu13 {root} && cd {root} && "
+        "rm include/cub include/thrust include/cuda lib64 lib/libcudart.so lib/libnvvm.so",
+    )
+    system = {**extra, "cuda_toolkit_source": "system", "cuda_toolkit_system_root": root}
+    try:
+        result = ct.run_playbook(PLAYBOOK, extra_vars=system)
+        assert result.rc == 0, str(result)
+        assert sh(ct, f". {ENV_FILE}; echo $CUDA_HOME") == root
+        assert sh(ct, f"readlink {root}/include/cub; readlink {root}/lib/libcudart.so").split() == [
+            "cccl/cub",
+            "libcudart.so.13",
+        ]
+        monkeypatch.setenv("SGLANG_LXC_CUDA_SOURCE", "system")
+        run_infra(ct, monkeypatch, VERSION)
+        result = ct.run_playbook(PLAYBOOK, extra_vars=system)
+        assert result.rc == 0 and result.changed == 0, str(result)
+    finally:
+        result = ct.run_playbook(PLAYBOOK, extra_vars=extra)
+        sh(ct, f"rm -rf {root}")
+    assert result.rc == 0, str(result)
+    assert sh(ct, f". {ENV_FILE}; echo $CUDA_HOME") == f"{PREFIX}/current/nvidia/cu13"
