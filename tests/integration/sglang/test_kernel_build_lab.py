@@ -34,6 +34,7 @@ LAUNCHER_DIR = "/var/tmp/sgl-kernel-launcher"
 def fixture_vars(**overrides) -> dict:
     base = {
         "sglang_stack_enabled": False,
+        "sglang_kernel_from_source": True,
         "sglang_kernel_source_dir": str(FIXTURE),
         "sglang_kernel_source_subdir": "",
         "sglang_kernel_build_requirements_file": str(FIXTURE / "build-requirements.txt"),
