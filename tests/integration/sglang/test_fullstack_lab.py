@@ -27,6 +27,13 @@ VENV = "/opt/sglang/venv"
 FIGURES: dict[str, object] = {}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _opt_in(request):
+    """Runs only when selected with -m fullstack, whatever the default marker selection."""
+    if "fullstack" not in (request.config.getoption("-m") or ""):
+        pytest.skip("opt-in: pytest -m fullstack tests/integration/sglang/test_fullstack_lab.py")
+
+
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -38,7 +45,7 @@ def wheelhouse(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ct(lab_container, wheelhouse):
+def ct(_opt_in, lab_container, wheelhouse):
     ct = lab_container(VMID, memory=8192)
     yield ct
     out = REPO / "artifacts" / "sglang-fullstack.json"
