@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.lablib import REPO, pct
+from tests.lablib import REPO, ansible_playbook, pct
 
 pytestmark = pytest.mark.lab
 
@@ -98,6 +98,15 @@ def http(ct, port: int, path: str, key: str | None = None) -> str:
     )
 
 
+def test_lab_without_gpu_skips_serving(ct):
+    result = ct.run_playbook(SERVE)  # the lab inventory alone: sglang_lxc_gpus_expected 0
+    OUTPUTS.append(result.output)
+    assert result.rc == 0, str(result)
+    assert result.changed == 0, str(result)
+    assert "Skipping SGLang serving on ct250: no GPU" in result.output
+    assert not unit_installed(ct)
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [
@@ -180,11 +189,19 @@ def test_testinfra_checks_pass(ct):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_rerun_changes_nothing(ct):
-    result = play(ct, args=["-v"])
+def test_rerun_changes_nothing_and_publishes_the_verdict(ct):
+    result = ansible_playbook(
+        SERVE,
+        ct.inventory,
+        extra_vars=variables(),
+        args=["--limit", ct.name, "-v"],
+        env={"ANSIBLE_SHOW_CUSTOM_STATS": "1"},
+    )
+    OUTPUTS.append(result.output)
     assert result.rc == 0, str(result)
     assert result.changed == 0, str(result)
-    assert "3/3 healthy" in result.output
+    stats = result.output.split("CUSTOM STATS", 1)[1]
+    assert re.search(r"todo_details.*ct250.*3/3 healthy", stats, re.S), stats
 
 
 def test_check_mode_after_converge_changes_nothing(ct):

@@ -119,3 +119,100 @@ def test_models_listed():
     listed, why = readiness.models_listed(b'{"data": [{"id": "x"}]}', "m")
     assert not listed
     assert "not m" in why
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def rounds(monkeypatch, script, stall=10.0, timeout=100.0, interval=2.0):
+    """Run rounds of run_round; ``script(name, t)`` returns the observation at time t."""
+    clock = Clock()
+    monkeypatch.setattr(readiness.time, "time", clock.time)
+    monkeypatch.setattr(readiness.time, "sleep", clock.sleep)
+    monkeypatch.setattr(readiness, "Nvml", lambda: None)
+    monkeypatch.setattr(readiness, "journal_tail", lambda unit, n: [f"{unit} tail line"])
+    start = clock.now
+    monkeypatch.setattr(
+        readiness, "observe", lambda inst, base, key, nvml: script(inst["name"], clock.now - start)
+    )
+    instances = [
+        {
+            "name": n,
+            "unit": f"sglang@{n}.service",
+            "gpus": [i],
+            "port": 30000 + i,
+            "probe_host": "127.0.0.1",
+            "served_model_name": "m",
+        }
+        for i, n in enumerate(["gpu0", "gpu1"])
+    ]
+    params = {
+        "instances": instances,
+        "api_key": "",
+        "interval": interval,
+        "poll": 1.0,
+        "stall_timeout": stall,
+        "timeout": timeout,
+        "state": {},
+        "log_lines": 5,
+    }
+    results = []
+    for _ in range(200):
+        result = readiness.run_round(params)
+        results.append(result)
+        if result["done"]:
+            break
+        params["state"] = result["state"]
+    return results
+
+
+def test_rounds_report_loading_then_healthy(monkeypatch):
+    def script(name, t):
+        if t < 6:
+            return obs(log_count=int(t))
+        return obs(port_open=True, http_status=200, model_listed=True)
+
+    results = rounds(monkeypatch, script)
+    assert "loading for 0:00:0" in results[0]["report"][1]
+    assert results[-1]["outcome"] == "healthy"
+    assert results[-1]["verdict"] == "2/2 healthy"
+    assert len(results) >= 3
+
+
+def test_rounds_hung_after_stall_timeout_with_tail(monkeypatch):
+    def script(name, t):
+        if name == "gpu1":
+            return obs(log_count=min(int(t), 3))  # stops logging at t=3
+        return obs(port_open=True, http_status=200, model_listed=True)
+
+    result = rounds(monkeypatch, script, stall=10)[-1]
+    assert result["outcome"] == "hung"
+    assert "sglang@gpu1.service hung: alive but no progress for 10s" in result["msg"]
+    assert "sglang@gpu1.service tail line" in result["msg"]
+    assert result["verdict"] == "1/2 healthy"
+
+
+def test_rounds_crash_fails_at_once(monkeypatch):
+    def script(name, t):
+        if name == "gpu1" and t >= 2:
+            return obs(crash="process exited (exit status 1)")
+        return obs(log_count=int(t))
+
+    results = rounds(monkeypatch, script, stall=100)
+    assert results[-1]["outcome"] == "crashed"
+    assert len(results) <= 3
+    assert "sglang@gpu1.service tail line" in results[-1]["msg"]
+
+
+def test_rounds_overall_timeout(monkeypatch):
+    results = rounds(monkeypatch, lambda name, t: obs(log_count=int(t)), stall=1000, timeout=20)
+    assert results[-1]["outcome"] == "timeout"
+    assert "timeout 20s" in results[-1]["msg"]
