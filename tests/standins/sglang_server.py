@@ -92,7 +92,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *values: object) -> None:
-            log(f'{self.address_string()} "{format % values}"')
+            log(f"{self.address_string()} {format % values}")
 
         def reply(self, status: int, payload: object) -> None:
             body = json.dumps(payload).encode()
