@@ -37,6 +37,17 @@ def test_default_lock_pins_the_seed_stack():
     assert len(pins) > 150
 
 
+def test_default_lock_keeps_kernels_within_transformers_range():
+    """sglang 0.5.12 requires `kernels` unpinned; transformers 5.6.0 works with >=0.12,<0.13 only.
+
+    kernels 0.17 makes `import sglang` fail (LayerRepository needs a version), found by the
+    full-stack lab test; the lock is generated with --pin 'kernels>=0.12,<0.13'.
+    """
+    pins = lock_stack.read_lock(DEFAULT)
+    assert pins["transformers"] == "5.6.0"
+    assert pins["kernels"].startswith("0.12.")
+
+
 def test_build_lock_never_moves_a_stack_pin():
     stack = lock_stack.read_lock(DEFAULT)
     build = lock_stack.read_lock(LOCKS / "sglang-0.5.12-build.txt")
