@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
+
+from tests.loaders import load_file
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORDINGS = Path(__file__).with_name("recordings")
 sys.path.insert(0, str(ROOT / "tests" / "standins"))
 
 import fake_pynvml  # noqa: E402  (path set just above)
-
-
-def load_file(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 gpu_nvml = load_file("gpu_nvml", ROOT / "roles/gpu_facts/module_utils/gpu_nvml.py")
 gpu_preflight = load_file("gpu_preflight", ROOT / "plugins/filter/gpu_preflight.py")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.loaders import load_file
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
-_spec = importlib.util.spec_from_file_location("pf", ROOT / "plugins/filter/proxmox_lxc.py")
-pf = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pf)
+pf = load_file("proxmox_lxc_filters", ROOT / "plugins/filter/proxmox_lxc.py")
 
 PROC = (HERE / "data/proc_devices_8gpu.txt").read_text()
 DEV = (HERE / "data/dev_nvidia_8gpu.txt").read_text().split()

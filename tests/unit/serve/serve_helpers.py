@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+from tests.loaders import load_file
+
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_file(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 serve_filter = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
