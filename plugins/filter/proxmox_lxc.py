@@ -252,12 +252,38 @@ def lxc_container_errors(
         if name in seen_name:
             errors.append(f"{where}.name: {name} is defined twice ({seen_name[name]})")
         seen_name.setdefault(name, node)
-        memory = ct.get("memory")
-        if not isinstance(memory, int) or memory < memory_floor:
+        hostname = ct.get("hostname", name)
+        if not is_rfc1123_hostname(hostname):
             errors.append(
-                f"{where}.memory: {memory!r} MiB is below the floor of {memory_floor} MiB "
-                "(proxmox_lxc_memory_floor)"
+                f"{where}.hostname: {hostname!r} is not a valid hostname (RFC 1123: labels of "
+                "letters, digits and '-', 1-63 characters each, no spaces or ';'); "
+                "fix: use a name such as ct200"
             )
+        for key, unit, low in (
+            ("memory", "MiB", memory_floor),
+            ("cores", "cores", 1),
+            ("swap", "MiB", 0),
+            ("rootfs_size", "GiB", 1),
+        ):
+            if key not in ct:
+                continue
+            value = ct.get(key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                errors.append(
+                    f"{where}.{key}: must be an integer number of {unit}, got {_kind(value)}; "
+                    f"fix: write {key}: {_example(key)}"
+                )
+            elif value < low:
+                floor = (
+                    f"below the floor of {low} MiB (proxmox_lxc_memory_floor)"
+                    if key == "memory"
+                    else f"must be at least {low}"
+                )
+                errors.append(
+                    f"{where}.{key}: {value} {unit} is {floor}"
+                    if key == "memory"
+                    else f"{where}.{key}: {value} {floor}; fix: give it {low} or more"
+                )
         ip = ct.get("ip")
         if ip != "dhcp":
             try:
@@ -280,8 +306,21 @@ def lxc_container_errors(
             errors.append(
                 f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}"
             )
-        paths = [m.get("path") for m in ct.get("mounts") or []]
-        for mount in ct.get("mounts") or []:
+        elif isinstance(gpus, list) and len(set(gpus)) != len(gpus):
+            twice = sorted({g for g in gpus if gpus.count(g) > 1})
+            errors.append(
+                f"{where}.gpus: GPU {', '.join(map(str, twice))} is listed twice in {gpus}; "
+                "fix: list each GPU index once"
+            )
+        mounts = ct.get("mounts") or []
+        if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
+            errors.append(
+                f"{where}.mounts: must be a list of {{host_path, path}} mappings, got "
+                f"{_kind(mounts)}; fix: write each mount as '- host_path: ...' with 'path: ...'"
+            )
+            mounts = []
+        paths = [m.get("path") for m in mounts]
+        for mount in mounts:
             for key in ("host_path", "path"):
                 if not str(mount.get(key, "")).startswith("/"):
                     errors.append(
@@ -297,6 +336,37 @@ def lxc_container_errors(
                 f"(known: {', '.join(sorted(n for n in names if n)) or 'none'})"
             )
     return errors
+
+
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def is_rfc1123_hostname(value) -> bool:
+    """True for a hostname of RFC 1123 labels (no spaces, no shell metacharacters)."""
+    if not isinstance(value, str) or not value or len(value) > 253:
+        return False
+    return all(_LABEL.match(label) for label in value.split("."))
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, dict):
+        return f"a mapping {value!r}"
+    if isinstance(value, list):
+        return f"a list {value!r}"
+    return repr(value)
+
+
+def _example(key: str) -> str:
+    return {
+        "memory": "16384  # MiB",
+        "cores": "4",
+        "swap": "512  # MiB",
+        "rootfs_size": "32  # GiB",
+    }.get(key, "an integer")
 
 
 def lxc_with_defaults(containers: list[dict], defaults: dict) -> list[dict]:
