@@ -877,7 +877,9 @@ def stack_problems(host: str, values: Mapping[str, Any], roles_dir: Path = ROLES
         lock = Path(lock_dir) / f"sglang-{sversion}.txt"
         if not lock.is_file():
             locked = sorted(
-                p.stem.removeprefix("sglang-") for p in Path(lock_dir).glob("sglang-*.txt")
+                p.stem.removeprefix("sglang-")
+                for p in Path(lock_dir).glob("sglang-*.txt")
+                if not p.stem.endswith("-build")
             )
             out.append(
                 problem(
@@ -980,6 +982,17 @@ def template_error_problem(host: str, var: str, error: BaseException) -> str:
 
 
 # ------------------------------------------------------------------------------ the action
+
+
+def _with_role_path(value: Any, path: Path) -> Any:
+    """``role_path`` as Ansible sets it inside the role (the env here spans several roles)."""
+    if isinstance(value, str):
+        return value.replace("{{ role_path }}", str(path))
+    if isinstance(value, Mapping):
+        return {k: _with_role_path(v, path) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_role_path(v, path) for v in value]
+    return value
 
 
 def _trusted(value: Any) -> Any:  # pragma: no cover - needs ansible-core
@@ -1153,7 +1166,7 @@ class ActionModule(ActionBase):
         raw = dict(hostvars.raw_get(host))
         env: dict[str, Any] = {}
         for role in roles:
-            env.update(_trusted(defaults.get(role) or {}))
+            env.update(_trusted(_with_role_path(defaults.get(role) or {}, ROLES_DIR / role)))
         env.update(raw)
         for role in roles:
             env.update(_trusted(rvars.get(role) or {}))
