@@ -1,8 +1,11 @@
 # Read what validation needs from a Proxmox node, in one round trip, changing nothing.
-# Called as: bash -c "$(cat node_state.sh)" node_state PCT TEMPLATE_DIR
-# Each section starts with "## <title>"; the containers' configs are read in parallel.
+# Called as: bash -c "$(cat node_state.sh)" node_state PCT TEMPLATE_DIR CONFIG_DIR
+# Each section starts with "## <title>". `pct list` names the containers; their configs are
+# read from CONFIG_DIR (/etc/pve/lxc, what `pct config` prints), through `pct config` where a
+# file cannot be read.
 pct="$1"
 templates="$2"
+configs="$3"
 echo "## nproc"; nproc
 echo "## meminfo"; grep '^MemTotal:' /proc/meminfo
 echo "## gpus"; ls /dev | grep -E '^nvidia[0-9]+$' || true
@@ -10,13 +13,11 @@ echo "## addresses"; ip -o -4 addr show 2>/dev/null || true
 echo "## templates"; ls -1 "$templates" 2>/dev/null || true
 list="$("$pct" list)" || { echo "pct list failed" >&2; exit 3; }
 echo "## pct list"; printf '%s\n' "$list"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 for id in $(printf '%s\n' "$list" | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}'); do
-  "$pct" config "$id" > "$tmp/$id" 2>/dev/null &
-done
-wait
-for file in "$tmp"/*; do
-  [ -e "$file" ] || continue
-  echo "## config ${file##*/}"; cat "$file"
+  echo "## config $id"
+  if [ -r "$configs/$id.conf" ]; then
+    sed '/^\[/,$d' "$configs/$id.conf"
+  else
+    "$pct" config "$id" 2>/dev/null
+  fi
 done

@@ -23,13 +23,16 @@ gathers the values.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import importlib.util
 import ipaddress
 import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -150,11 +153,20 @@ def did_you_mean(name: str, known: Sequence[str]) -> str:
 # ------------------------------------------------------------------------------ declarations
 
 
-def _read_yaml(path: Path) -> Any:
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _read_yaml_cached(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return yaml.load(path.read_text(), Loader=_LOADER) or {}  # CSafeLoader: safe
     except (OSError, yaml.YAMLError):
         return {}
+
+
+def _read_yaml(path: Path) -> Any:
+    """A role or play file, parsed once per run (callers must not change the result)."""
+    return copy.deepcopy(_read_yaml_cached(path))
 
 
 def role_specs(roles_dir: Path = ROLES_DIR) -> dict[str, dict[str, dict]]:
@@ -1015,6 +1027,7 @@ class ActionModule(ActionBase):
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):  # pragma: no cover - exercised through the lab
+        started = time.monotonic()
         result = super().run(tmp, task_vars)
         result["changed"] = False
         args = self._task.args
@@ -1158,6 +1171,7 @@ class ActionModule(ActionBase):
             key_errors, wheelhouse if isinstance(wheelhouse, str) else None, need_ssh=ssh_hosts
         )
         result["problems"] = problems
+        result["elapsed_s"] = round(time.monotonic() - started, 2)
         result["checked"] = {"nodes": nodes, "servers": servers}
         return result
 
