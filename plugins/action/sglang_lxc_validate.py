@@ -774,10 +774,28 @@ def serve_problems(
     return [], instances
 
 
+# systemd parses ExecStart itself: it substitutes $VAR and %-specifiers and splits on quotes,
+# so these never reach the router literally.
+SYSTEMD_UNSAFE = re.compile(r"[$%;'\"`\\\n\r]")
+
+
 def router_problems(host: str, values: Mapping[str, Any], instances: list) -> list[str]:
     if not _truthy(values.get("sglang_router_enabled", False)):
         return []
     out = []
+    for var in ("sglang_router_extra_args", "sglang_router_launch_command"):
+        for arg in values.get(var) or []:
+            if SYSTEMD_UNSAFE.search(str(arg)):
+                out.append(problem(
+                    host, var, arg,
+                    "holds a character systemd's ExecStart would substitute or split "
+                    "($, %, ;, quotes, backslash, line break)",
+                    "pass plain arguments (one list entry each, without those characters)",
+                ))
+    for var in ("sglang_router_host", "sglang_router_policy"):
+        if SYSTEMD_UNSAFE.search(str(values.get(var, ""))) or " " in str(values.get(var, "")):
+            out.append(problem(host, var, values.get(var), "is not a plain word",
+                               "use a plain value (an address, a policy name)"))
     rhost = values.get("sglang_router_host", "127.0.0.1")
     if rhost not in ("127.0.0.1", "::1", "localhost") and not _truthy(
         values.get("sglang_router_allow_insecure_bind", False)

@@ -244,6 +244,10 @@ CASES = [
      "ct200", "sglang_router_port", "give the router a port no instance uses"),
     ("router-public-bind", lambda: router(sglang_router_host="0.0.0.0"),
      "ct200", "sglang_router_host", "sglang_router_allow_insecure_bind: true"),
+    ("router-arg-for-systemd", lambda: router(sglang_router_extra_args=["--x", "$(id)"]),
+     "ct200", "sglang_router_extra_args", "pass plain arguments"),
+    ("router-policy-with-space", lambda: router(sglang_router_policy="round robin"),
+     "ct200", "sglang_router_policy", "use a plain value"),
     # drain, toolchain, stack
     ("drain-grace-zero", lambda: v.drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
      "ct200", "gpu_drain_grace_seconds", "e.g. 300"),
