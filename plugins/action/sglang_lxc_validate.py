@@ -838,6 +838,26 @@ def router_problems(host: str, values: Mapping[str, Any], instances: list) -> li
     return out
 
 
+def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
+    """The play-level sglang_lxc_* paths (absolute) and the expected GPU count (an integer)."""
+    out = []
+    expected = values.get("sglang_lxc_gpus_expected")
+    if expected is not None and not (
+        isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0
+    ):
+        out.append(problem(host, "sglang_lxc_gpus_expected", expected,
+                           "must be an integer number of GPUs (0 or more), "
+                           f"got {describe(expected)}",
+                           "write the count each serving container must see, e.g. 8 (0: no GPU)"))
+    for name in ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
+                 "sglang_lxc_model_store", "sglang_lxc_cache_dir"):
+        value = values.get(name)
+        if value is not None and not (isinstance(value, str) and value.startswith("/")):
+            out.append(problem(host, name, value, "must be an absolute path on the container",
+                               f"write {name} as a path starting with /"))
+    return out
+
+
 def drain_problems(host: str, values: Mapping[str, Any]) -> list[str]:
     out = []
     grace = values.get("gpu_drain_grace_seconds")
@@ -1179,6 +1199,7 @@ class ActionModule(ActionBase):
             problems += found
             problems += router_problems(host, values, instances)
             problems += drain_problems(host, values)
+            problems += play_level_problems(host, values)
             problems += stack_problems(host, values)
 
         wheelhouse = None

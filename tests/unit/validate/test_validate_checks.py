@@ -248,6 +248,12 @@ CASES = [
      "ct200", "sglang_router_extra_args", "pass plain arguments"),
     ("router-policy-with-space", lambda: router(sglang_router_policy="round robin"),
      "ct200", "sglang_router_policy", "use a plain value"),
+    ("gpus-expected-as-word",
+     lambda: v.play_level_problems("ct200", {"sglang_lxc_gpus_expected": "eight"}),
+     "ct200", "sglang_lxc_gpus_expected", "must be an integer number of GPUs"),
+    ("model-store-relative",
+     lambda: v.play_level_problems("ct200", {"sglang_lxc_model_store": "srv/models"}),
+     "ct200", "sglang_lxc_model_store", "a path starting with /"),
     # drain, toolchain, stack
     ("drain-grace-zero", lambda: v.drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
      "ct200", "gpu_drain_grace_seconds", "e.g. 300"),
