@@ -243,14 +243,21 @@ def lxc_container_errors(
             or not (VMID_MIN <= vmid <= VMID_MAX)
         ):
             errors.append(
-                f"{where}.vmid: must be an integer in {VMID_MIN}..{VMID_MAX}, got {vmid!r}"
+                f"{where}.vmid: must be an integer in {VMID_MIN}..{VMID_MAX}, got {vmid!r}; "
+                "fix: give the container a free Proxmox CT id such as 200"
             )
         elif vmid in seen_vmid:
-            errors.append(f"{where}.vmid: {vmid} is also used by {seen_vmid[vmid]}")
+            errors.append(
+                f"{where}.vmid: {vmid} is also used by {seen_vmid[vmid]}; "
+                "fix: give each container its own vmid"
+            )
         else:
             seen_vmid[vmid] = name
         if name in seen_name:
-            errors.append(f"{where}.name: {name} is defined twice ({seen_name[name]})")
+            errors.append(
+                f"{where}.name: {name} is defined twice ({seen_name[name]}); "
+                "fix: give each container its own name"
+            )
         seen_name.setdefault(name, node)
         hostname = ct.get("hostname", name)
         if not is_rfc1123_hostname(hostname):
@@ -280,7 +287,8 @@ def lxc_container_errors(
                     else f"must be at least {low}"
                 )
                 errors.append(
-                    f"{where}.{key}: {value} {unit} is {floor}"
+                    f"{where}.{key}: {value} {unit} is {floor}; fix: raise it, or lower "
+                    "proxmox_lxc_memory_floor"
                     if key == "memory"
                     else f"{where}.{key}: {value} {floor}; fix: give it {low} or more"
                 )
@@ -292,11 +300,15 @@ def lxc_container_errors(
                     raise ValueError("missing prefix length")
                 addr = str(iface.ip)
                 if addr in seen_ip:
-                    errors.append(f"{where}.ip: {addr} is also used by {seen_ip[addr]}")
+                    errors.append(
+                        f"{where}.ip: {addr} is also used by {seen_ip[addr]}; "
+                        "fix: give each container its own address"
+                    )
                 seen_ip.setdefault(addr, name)
             except ValueError as exc:
                 errors.append(
-                    f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc})"
+                    f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc}); "
+                    "fix: write it like 10.0.3.200/24"
                 )
         gpus = ct.get("gpus", "none")
         if not (
@@ -304,7 +316,8 @@ def lxc_container_errors(
             or (isinstance(gpus, list) and all(isinstance(g, int) and g >= 0 for g in gpus))
         ):
             errors.append(
-                f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}"
+                f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}; "
+                "fix: write gpus: all, or a list such as [0, 1]"
             )
         elif isinstance(gpus, list) and len(set(gpus)) != len(gpus):
             twice = sorted({g for g in gpus if gpus.count(g) > 1})
@@ -324,16 +337,21 @@ def lxc_container_errors(
             for key in ("host_path", "path"):
                 if not str(mount.get(key, "")).startswith("/"):
                     errors.append(
-                        f"{where}.mounts.{key}: must be an absolute path, got {mount.get(key)!r}"
+                        f"{where}.mounts.{key}: must be an absolute path, got "
+                        f"{mount.get(key)!r}; fix: write it from / (e.g. /srv/models)"
                     )
         if len(paths) != len(set(paths)):
-            errors.append(f"{where}.mounts: the same container path is mounted twice")
+            errors.append(
+                f"{where}.mounts: the same container path is mounted twice; "
+                "fix: mount each container path once"
+            )
     names = {ct.get("name") for ct in [*(containers or []), *(others or [])]}
     for wanted in recreate or []:
         if wanted not in names:
             errors.append(
                 f"proxmox_lxc_recreate: {wanted!r} is not a container in the inventory "
-                f"(known: {', '.join(sorted(n for n in names if n)) or 'none'})"
+                f"(known: {', '.join(sorted(n for n in names if n)) or 'none'}); "
+                "fix: name a container from proxmox_lxc_containers"
             )
     return errors
 
