@@ -1018,6 +1018,14 @@ def controller_problems(
     return out
 
 
+def is_runtime_undefined(error: BaseException) -> bool:
+    """A value that needs something only the run defines (facts, registered results)."""
+    text = str(error)
+    return "Undefined" in type(error).__name__ or " is undefined" in text or "undefined" in (
+        text.splitlines()[0].lower() if text else ""
+    )
+
+
 def _unreachable_reason(reg: Mapping[str, Any]) -> str:
     text = str(reg.get("msg") or "").strip()
     text = text.removeprefix("Task failed: ").splitlines()[0] if text else "no answer"
@@ -1231,8 +1239,9 @@ class ActionModule(ActionBase):
         for name in wanted:
             try:
                 values[name] = templar.template(env[name])
-            except Exception as exc:  # any templating error is reported
-                errors[name] = exc
+            except Exception as exc:  # any templating error is reported ...
+                if not is_runtime_undefined(exc):  # ... but facts only known later
+                    errors[name] = exc
         return values, errors
 
     @staticmethod

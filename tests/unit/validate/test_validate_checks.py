@@ -377,3 +377,15 @@ def test_args_file_is_argv_never_a_shell(tmp_path):
     assert printed[-len(extra):] == extra
     assert not canary.exists() and not second.exists()
     assert Path(tmp_path / "gpu0.args").read_text().count("$(touch") == 1
+
+
+def test_values_known_only_at_run_time_are_not_problems():
+    from ansible.errors import AnsibleUndefinedVariable
+
+    assert v.is_runtime_undefined(AnsibleUndefinedVariable("'ansible_default_ipv4' is undefined"))
+    lookup = RuntimeError("The lookup plugin 'ansible.builtin.file' failed: Unable to access "
+                          "the file '~/.ssh/id_ed25519.pub'")
+    assert not v.is_runtime_undefined(lookup)
+    line = v.template_error_problem("kpro6", "proxmox_lxc_template_dir", lookup)
+    assert line.startswith("kpro6: proxmox_lxc_template_dir: cannot be evaluated: The lookup")
+    assert "Fix: correct proxmox_lxc_template_dir" in line
