@@ -1170,6 +1170,11 @@ class ActionModule(ActionBase):
                         f"{ct.get('name')} (host_vars on {node})", [var], declared
                     )
 
+        if not nodes:
+            problems.append(problem(
+                "inventory", "proxmox_nodes", _UNSET, "the group is empty",
+                "add the Proxmox host(s) under the group proxmox_nodes",
+            ))
         all_containers = [c["spec"] for c in containers_by_name.values()]
         recreate_all = task_vars.get("proxmox_lxc_recreate") or []
         problems += cross_node_problems(
