@@ -838,13 +838,23 @@ def router_problems(host: str, values: Mapping[str, Any], instances: list) -> li
     return out
 
 
+def _int_or_none(value: Any) -> int | None:
+    """An integer, or a string of digits as `-e name=8` passes it; otherwise None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+        return int(value)
+    return None
+
+
 def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
     """The play-level sglang_lxc_* paths (absolute) and the expected GPU count (an integer)."""
     out = []
     expected = values.get("sglang_lxc_gpus_expected")
-    if expected is not None and not (
-        isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0
-    ):
+    number = _int_or_none(expected)
+    if expected is not None and (number is None or number < 0):
         out.append(problem(host, "sglang_lxc_gpus_expected", expected,
                            "must be an integer number of GPUs (0 or more), "
                            f"got {describe(expected)}",
@@ -860,8 +870,8 @@ def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
 
 def drain_problems(host: str, values: Mapping[str, Any]) -> list[str]:
     out = []
-    grace = values.get("gpu_drain_grace_seconds")
-    if isinstance(grace, int) and grace <= 0:
+    grace = _int_or_none(values.get("gpu_drain_grace_seconds"))
+    if grace is not None and grace <= 0:
         out.append(
             problem(
                 host,
@@ -1206,7 +1216,7 @@ class ActionModule(ActionBase):
             gpu_count = (
                 ct["gpu_count"]
                 if ct and ct["gpu_count"] is not None
-                else (expected if isinstance(expected, int) else None)
+                else _int_or_none(expected)
             )
             found, instances = serve_problems(host, values, gpu_count)
             problems += found
