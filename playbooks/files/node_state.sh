@@ -11,10 +11,10 @@ echo "## meminfo"; grep '^MemTotal:' /proc/meminfo
 echo "## gpus"; ls /dev | grep -E '^nvidia[0-9]+$' || true
 echo "## addresses"; ip -o -4 addr show 2>/dev/null || true
 echo "## templates"; ls -1 "$templates" 2>/dev/null || true
-# A container created or destroyed meanwhile can make one `pct list` fail: try three times.
-for try in 1 2 3; do
+# A container created or destroyed meanwhile can make one `pct list` fail: try five times.
+for try in 1 2 3 4 5; do
   list="$("$pct" list 2>"${TMPDIR:-/tmp}/node_state.$$")" && break
-  [ "$try" = 3 ] && { echo "$pct list failed: $(tail -n 3 "${TMPDIR:-/tmp}/node_state.$$")" >&2;
+  [ "$try" = 5 ] && { echo "$pct list failed: $(tail -n 3 "${TMPDIR:-/tmp}/node_state.$$")" >&2;
                       rm -f "${TMPDIR:-/tmp}/node_state.$$"; exit 3; }
   sleep 1
 done
