@@ -243,21 +243,55 @@ def lxc_container_errors(
             or not (VMID_MIN <= vmid <= VMID_MAX)
         ):
             errors.append(
-                f"{where}.vmid: must be an integer in {VMID_MIN}..{VMID_MAX}, got {vmid!r}"
+                f"{where}.vmid: must be an integer in {VMID_MIN}..{VMID_MAX}, got {vmid!r}; "
+                "fix: give the container a free Proxmox CT id such as 200"
             )
         elif vmid in seen_vmid:
-            errors.append(f"{where}.vmid: {vmid} is also used by {seen_vmid[vmid]}")
+            errors.append(
+                f"{where}.vmid: {vmid} is also used by {seen_vmid[vmid]}; "
+                "fix: give each container its own vmid"
+            )
         else:
             seen_vmid[vmid] = name
         if name in seen_name:
-            errors.append(f"{where}.name: {name} is defined twice ({seen_name[name]})")
-        seen_name.setdefault(name, node)
-        memory = ct.get("memory")
-        if not isinstance(memory, int) or memory < memory_floor:
             errors.append(
-                f"{where}.memory: {memory!r} MiB is below the floor of {memory_floor} MiB "
-                "(proxmox_lxc_memory_floor)"
+                f"{where}.name: {name} is defined twice ({seen_name[name]}); "
+                "fix: give each container its own name"
             )
+        seen_name.setdefault(name, node)
+        hostname = ct.get("hostname", name)
+        if not is_rfc1123_hostname(hostname):
+            errors.append(
+                f"{where}.hostname: {hostname!r} is not a valid hostname (RFC 1123: labels of "
+                "letters, digits and '-', 1-63 characters each, no spaces or ';'); "
+                "fix: use a name such as ct200"
+            )
+        for key, unit, low in (
+            ("memory", "MiB", memory_floor),
+            ("cores", "cores", 1),
+            ("swap", "MiB", 0),
+            ("rootfs_size", "GiB", 1),
+        ):
+            if key not in ct:
+                continue
+            value = ct.get(key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                errors.append(
+                    f"{where}.{key}: must be an integer number of {unit}, got {_kind(value)}; "
+                    f"fix: write {key}: {_example(key)}"
+                )
+            elif value < low:
+                floor = (
+                    f"below the floor of {low} MiB (proxmox_lxc_memory_floor)"
+                    if key == "memory"
+                    else f"must be at least {low}"
+                )
+                errors.append(
+                    f"{where}.{key}: {value} {unit} is {floor}; fix: raise it, or lower "
+                    "proxmox_lxc_memory_floor"
+                    if key == "memory"
+                    else f"{where}.{key}: {value} {floor}; fix: give it {low} or more"
+                )
         ip = ct.get("ip")
         if ip != "dhcp":
             try:
@@ -266,11 +300,15 @@ def lxc_container_errors(
                     raise ValueError("missing prefix length")
                 addr = str(iface.ip)
                 if addr in seen_ip:
-                    errors.append(f"{where}.ip: {addr} is also used by {seen_ip[addr]}")
+                    errors.append(
+                        f"{where}.ip: {addr} is also used by {seen_ip[addr]}; "
+                        "fix: give each container its own address"
+                    )
                 seen_ip.setdefault(addr, name)
             except ValueError as exc:
                 errors.append(
-                    f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc})"
+                    f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc}); "
+                    "fix: write it like 10.0.3.200/24"
                 )
         gpus = ct.get("gpus", "none")
         if not (
@@ -278,25 +316,75 @@ def lxc_container_errors(
             or (isinstance(gpus, list) and all(isinstance(g, int) and g >= 0 for g in gpus))
         ):
             errors.append(
-                f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}"
+                f"{where}.gpus: expected 'all', 'none' or a list of GPU indexes, got {gpus!r}; "
+                "fix: write gpus: all, or a list such as [0, 1]"
             )
-        paths = [m.get("path") for m in ct.get("mounts") or []]
-        for mount in ct.get("mounts") or []:
+        elif isinstance(gpus, list) and len(set(gpus)) != len(gpus):
+            twice = sorted({g for g in gpus if gpus.count(g) > 1})
+            errors.append(
+                f"{where}.gpus: GPU {', '.join(map(str, twice))} is listed twice in {gpus}; "
+                "fix: list each GPU index once"
+            )
+        mounts = ct.get("mounts") or []
+        if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
+            errors.append(
+                f"{where}.mounts: must be a list of {{host_path, path}} mappings, got "
+                f"{_kind(mounts)}; fix: write each mount as '- host_path: ...' with 'path: ...'"
+            )
+            mounts = []
+        paths = [m.get("path") for m in mounts]
+        for mount in mounts:
             for key in ("host_path", "path"):
                 if not str(mount.get(key, "")).startswith("/"):
                     errors.append(
-                        f"{where}.mounts.{key}: must be an absolute path, got {mount.get(key)!r}"
+                        f"{where}.mounts.{key}: must be an absolute path, got "
+                        f"{mount.get(key)!r}; fix: write it from / (e.g. /srv/models)"
                     )
         if len(paths) != len(set(paths)):
-            errors.append(f"{where}.mounts: the same container path is mounted twice")
+            errors.append(
+                f"{where}.mounts: the same container path is mounted twice; "
+                "fix: mount each container path once"
+            )
     names = {ct.get("name") for ct in [*(containers or []), *(others or [])]}
     for wanted in recreate or []:
         if wanted not in names:
             errors.append(
                 f"proxmox_lxc_recreate: {wanted!r} is not a container in the inventory "
-                f"(known: {', '.join(sorted(n for n in names if n)) or 'none'})"
+                f"(known: {', '.join(sorted(n for n in names if n)) or 'none'}); "
+                "fix: name a container from proxmox_lxc_containers"
             )
     return errors
+
+
+_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def is_rfc1123_hostname(value) -> bool:
+    """True for a hostname of RFC 1123 labels (no spaces, no shell metacharacters)."""
+    if not isinstance(value, str) or not value or len(value) > 253:
+        return False
+    return all(_LABEL.match(label) for label in value.split("."))
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, dict):
+        return f"a mapping {value!r}"
+    if isinstance(value, list):
+        return f"a list {value!r}"
+    return repr(value)
+
+
+def _example(key: str) -> str:
+    return {
+        "memory": "16384  # MiB",
+        "cores": "4",
+        "swap": "512  # MiB",
+        "rootfs_size": "32  # GiB",
+    }.get(key, "an integer")
 
 
 def lxc_with_defaults(containers: list[dict], defaults: dict) -> list[dict]:

@@ -9,8 +9,10 @@ the role's template adds it under ``no_log``.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -95,11 +97,27 @@ def _setting(settings: Mapping[str, Any], instance: Mapping[str, Any], key: str)
     return settings.get(key), f"sglang_serve_{key}"
 
 
-def _in_store(settings: Mapping[str, Any], path: str) -> str:
-    """A relative model path is a directory in the model store."""
+def _in_store(
+    settings: Mapping[str, Any], path: str, where: str = "sglang_serve_model_path"
+) -> str:
+    """A relative model path is a directory in the model store; it must stay inside it.
+
+    ``..`` that leaves the store, or an absolute path elsewhere, is refused unless
+    ``sglang_serve_allow_model_outside_store`` is true.
+    """
+    store = posixpath.normpath(str(settings.get("model_store") or "/srv/models"))
+    joined = path if path.startswith("/") else f"{store}/{path}"
+    resolved = posixpath.normpath(joined)
+    inside = resolved == store or resolved.startswith(store.rstrip("/") + "/")
+    if not inside and not settings.get("allow_model_outside_store"):
+        raise ServeConfigError(
+            f"{where} = {path!r} resolves to {resolved}, outside the model store {store}: "
+            "use a directory inside sglang_serve_model_store, or set "
+            "sglang_serve_allow_model_outside_store: true"
+        )
     if path.startswith("/"):
-        return path
-    return f"{str(settings.get('model_store') or '/srv/models').rstrip('/')}/{path}"
+        return resolved
+    return f"{store.rstrip('/')}/{posixpath.normpath(path)}" if inside else resolved
 
 
 def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str, Any]]:
@@ -114,9 +132,15 @@ def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str
                 raise ServeConfigError(f"{where} must be a mapping with name and gpus")
             unknown = sorted(set(item) - INSTANCE_KEYS)
             if unknown:
+                hints = [
+                    f"{key} -> {close[0]}"
+                    for key in unknown
+                    if (close := difflib.get_close_matches(str(key), sorted(INSTANCE_KEYS), 1, 0.6))
+                ]
                 raise ServeConfigError(
-                    f"{where}: unknown keys {', '.join(unknown)} "
-                    f"(allowed: {', '.join(sorted(INSTANCE_KEYS))})"
+                    f"{where}: unknown keys {', '.join(unknown)}"
+                    + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                    + f" (allowed: {', '.join(sorted(INSTANCE_KEYS))})"
                 )
             if "name" not in item or "gpus" not in item:
                 raise ServeConfigError(f"{where} needs both 'name' and 'gpus'")
@@ -150,7 +174,8 @@ def _eagle3_args(settings: Mapping[str, Any], raw: Mapping[str, Any]) -> list[st
         raise ServeConfigError(
             f"EAGLE-3 settings are all or nothing: {have} set but {', '.join(missing)} missing"
         )
-    path = _in_store(settings, _check_text(*values["eagle3_draft_model_path"]))
+    draft, draft_var = values["eagle3_draft_model_path"]
+    path = _in_store(settings, _check_text(draft, draft_var), draft_var)
     numbers = []
     for key in EAGLE3_KEYS[1:]:
         value, where = values[key]
@@ -218,7 +243,7 @@ def _resolve(
     model_path, model_var = _setting(settings, raw, "model_path")
     if not model_path:
         raise ServeConfigError(f"{model_var} must be set (the model to serve)")
-    model_path = _in_store(settings, _check_text(model_path, model_var))
+    model_path = _in_store(settings, _check_text(model_path, model_var), model_var)
     served, served_var = _setting(settings, raw, "served_model_name")
     served = _check_text(served or model_path.rstrip("/").rsplit("/", 1)[-1], served_var)
 

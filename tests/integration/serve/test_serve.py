@@ -47,6 +47,16 @@ EXPLICIT = [
 OUTPUTS: list[str] = []
 
 
+# systemd-analyze security: the hardened units score 3.1 ("OK"); a regression fails here.
+EXPOSURE_FLOOR = 3.5
+_EXPOSURE = re.compile(r"Overall exposure level for (\S+): ([0-9.]+)")
+
+
+def exposures(text: str) -> dict[str, float]:
+    """Exposure level per unit from `systemd-analyze security` lines in ``text``."""
+    return {m.group(1): float(m.group(2)) for m in _EXPOSURE.finditer(text)}
+
+
 def variables(**changes):
     return {**BASE, **changes}
 
@@ -158,7 +168,10 @@ def test_converge_reports_loading_then_healthy(ct):
     assert re.search(r"sglang@gpu\d\.service \(GPU \d, port 3000\d\): loading for", result.output)
     assert "3/3 healthy" in result.output
     assert re.search(r"INSTANCE\s+GPU\s+PORT\s+MEMORY\s+HTTP\s+STATE", result.output)
-    assert "Overall exposure level for sglang@gpu0.service" in result.output
+    levels = exposures(result.output)
+    assert {f"sglang@gpu{i}.service" for i in range(3)} <= set(levels), levels
+    for unit, level in levels.items():
+        assert level <= EXPOSURE_FLOOR, f"{unit}: systemd-analyze security exposure {level}"
 
 
 def test_instances_have_their_ports_and_environment(ct):
@@ -339,6 +352,9 @@ def test_router_in_front(ct):
     assert http(ct, 30080, "/readiness") == "200"
     unit = sh(ct, "systemctl cat sglang-router.service")
     assert "--policy round_robin" in unit
+    security = sh(ct, "systemd-analyze security --no-pager sglang-router.service")
+    level = exposures(security)["sglang-router.service"]
+    assert level <= EXPOSURE_FLOOR, f"sglang-router.service exposure {level}"
     assert "http://127.0.0.1:30002" in unit
 
 

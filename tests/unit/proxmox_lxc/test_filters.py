@@ -139,7 +139,7 @@ def test_duplicates_within_and_across_nodes():
 def test_recreate_must_name_a_known_container():
     errors = pf.lxc_container_errors([spec()], "kpro6", recreate=["ct999"])
     assert errors == ["proxmox_lxc_recreate: 'ct999' is not a container in the inventory "
-                      "(known: ct200)"]
+                      "(known: ct200); fix: name a container from proxmox_lxc_containers"]
 
 
 def test_defaults_merge_under_the_spec():
