@@ -87,6 +87,14 @@ def plain_line(item: TodoItem) -> str:
     return f"{line} — {note}" if note else line
 
 
+def compact_line(item: TodoItem, status: bool = False) -> str:
+    """``✔ Install SGLang on ct200 — ok 12 · changed 0``: the mark says the status."""
+    mark = STYLE[item.status][0]
+    word = f"{item.status.value} " if status else ""
+    note = item_note(item)
+    return f"{mark} {word}{item.content}" + (f" — {note}" if note else "")
+
+
 class PlainView:
     """One line per change of an item's status or findings (no per-task noise)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -86,7 +87,7 @@ from sglang_lxc.checklist import Checklist, RunInfo, Status, TodoItem, now_iso  
 from sglang_lxc.events import ChecklistReducer  # noqa: E402
 from sglang_lxc.planner import Plan, plan_plays  # noqa: E402
 from sglang_lxc.procs import start_time  # noqa: E402
-from sglang_lxc.render_live import STYLE, plain_line, summary_line  # noqa: E402
+from sglang_lxc.render_live import compact_line, summary_line  # noqa: E402
 
 RUNNER_DIR_ENV = "AWX_ISOLATED_DATA_DIR"  # ansible-runner's artifact folder of the job
 
@@ -162,12 +163,17 @@ class CallbackModule(CallbackBase):
             if self._live:
                 self._show(item)
 
+    def _line(self, text: str, status: Status | None = None) -> None:
+        """One terminal line, cut to the terminal's width (the live view never wraps)."""
+        width = shutil.get_terminal_size((100, 24)).columns
+        if len(text) > width:
+            text = text[: max(width - 1, 20)] + "…"
+        self._display.display(text, color=_COLOURS.get(status) if status else None,
+                              screen_only=True)
+
     def _show(self, item: TodoItem) -> None:
-        mark = STYLE[item.status][0]
         done = sum(i.status.finished for i in self.checklist.items)
-        self._display.display(
-            f"TODO {mark} [{done}/{len(self.checklist.items)}] {plain_line(item)}",
-            color=_COLOURS.get(item.status), screen_only=True)
+        self._line(f"TODO {done}/{len(self.checklist.items)} {compact_line(item)}", item.status)
 
     def _feed(self, name: str, data: dict[str, Any]) -> None:
         """One event into the checklist; a reporting bug must never stop the run."""
@@ -201,12 +207,10 @@ class CallbackModule(CallbackBase):
             self.reducer.load_plan(plan)
             self._write_json()
         if self._live:
-            self._display.display(
-                f"TODO checklist: {len(self.checklist.items)} milestones, "
-                f"{self.run_dir}/todo.json", screen_only=True)
+            where = os.path.relpath(self.run_dir) if self.run_dir else "?"
+            self._line(f"TODO {len(self.checklist.items)} milestones -> {where}/")
             for item in self.checklist.items:
-                self._display.display(f"TODO {STYLE[item.status][0]} {plain_line(item)}",
-                                      screen_only=True)
+                self._line(f"TODO {compact_line(item)}")
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         hosts = play.hosts if isinstance(play.hosts, list) else [play.hosts]
@@ -247,13 +251,12 @@ class CallbackModule(CallbackBase):
                 self.checklist.run.notes.append(f"todo: {self._errors} callback errors")
             paths = reports.write_all(self.checklist, self.run_dir) if self.run_dir else []
         if self._live:
-            self._display.display("", screen_only=True)
+            self._line("")
             for item in self.checklist.items:
-                self._display.display(f"TODO {STYLE[item.status][0]} {plain_line(item)}",
-                                      color=_COLOURS.get(item.status), screen_only=True)
-            self._display.display(f"TODO {summary_line(self.checklist)}", screen_only=True)
+                self._line(f"TODO {compact_line(item, status=True)}", item.status)
+            self._line(f"TODO {summary_line(self.checklist)}")
             for path in paths:
-                self._display.display(f"     {path}", screen_only=True)
+                self._line(f"     {os.path.relpath(path)}")
 
 
 _COLOURS = {
