@@ -38,8 +38,8 @@ options:
   artifacts_dir:
     description:
       - Folder that receives one sub-folder per run (named like C(20261130T043728Z-site-3f9a))
-        and a C(latest) link to the last one. Relative paths are taken from the current
-        directory. Not used under ansible-runner, which names the folder itself
+        and a C(latest) link to the last one. A relative path is taken from the current
+        directory (when set in ansible.cfg, from the folder of ansible.cfg). Not used under ansible-runner, which names the folder itself
         (C(AWX_ISOLATED_DATA_DIR)).
     type: path
     default: artifacts

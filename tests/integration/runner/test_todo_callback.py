@@ -250,3 +250,13 @@ def test_status_tells_a_dead_run_from_a_running_one(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_the_callback_documents_its_options():
+    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "callback", "todo"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                               "ANSIBLE_NOCOLOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    for text in ("artifacts_dir", "SGLANG_LXC_ARTIFACTS", "callback_todo", "SGLANG_LXC_TODO_LIVE"):
+        assert text in proc.stdout
