@@ -84,6 +84,10 @@ def test_all_ok(tmp_path):
             "| MAX_JOBS=20 |") in (result.run_dir / "todo.md").read_text()
     junit = ET.parse(result.run_dir / "junit.xml").getroot()
     assert (junit.get("tests"), junit.get("failures")) == ("3", "0")
+    # ansible-playbook runs on ansible-runner's pseudo-terminal: still no colours in any file
+    files = [p for p in result.run_dir.rglob("*") if p.is_file()]
+    assert "stdout" in {p.name for p in files}
+    assert all(b"\x1b[" not in p.read_bytes() for p in files)
     # `sglang-lxc status` prints the same checklist again
     again = status(tmp_path, "--format", "json")
     assert again.returncode == 0 and json.loads(again.stdout) == result.todo
