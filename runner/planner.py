@@ -1,12 +1,14 @@
 """List the run's milestones (plays x hosts) before the first task runs.
 
-Ansible reads the playbook and inventory itself, exactly as ``ansible-playbook --list-hosts``
-does with the same options (``--limit``, ``-e``, ``--tags``...). It runs in a child process
-(``python -m sglang_lxc.planner``), beside ansible-playbook's own start-up: ansible keeps
-process-wide state that can be set up only once, and the child keeps it out of the runner.
+``plan_plays`` reads plays ansible has loaded: the todo callback calls it at playbook start
+with ansible-playbook's own plays, inventory (``--limit`` applied), variables (``-e``) and
+``--tags``, so nothing is parsed twice. ``plan_playbook`` loads a playbook as
+``ansible-playbook --list-hosts`` does, for ``python -m sglang_lxc.planner PLAYBOOK -i INV``
+(a child process: ansible keeps process-wide state that can be set up only once).
 The result is a ``Plan``: per play its name, its hosts, ``todo_priority``, ``todo_content``
-rendered per host, and a static task count. Plays that target hosts created later with
-``add_host`` get their items when those hosts first show up in the run (``Plan.content_for``).
+rendered per host, and its tasks (file:line, after ``--tags``). Plays that target hosts
+created later with ``add_host`` get their items when those hosts first show up in the run
+(``Plan.content_for``).
 """
 
 from __future__ import annotations
