@@ -39,8 +39,8 @@ options:
     description:
       - Folder that receives one sub-folder per run (named like C(20261130T043728Z-site-3f9a))
         and a C(latest) link to the last one. A relative path is taken from the current
-        directory (when set in ansible.cfg, from the folder of ansible.cfg). Not used under ansible-runner, which names the folder itself
-        (C(AWX_ISOLATED_DATA_DIR)).
+        directory (when set in ansible.cfg, from the folder of ansible.cfg). Not used under
+        ansible-runner, which names the folder itself (C(AWX_ISOLATED_DATA_DIR)).
     type: path
     default: artifacts
     env:
