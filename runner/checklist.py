@@ -65,21 +65,24 @@ class TodoItem:
     details: str = ""  # what the role found (set_stats todo_details)
     task: str = ""  # the current task, or the one that failed
     message: str = ""  # failure message, skip reason or why it was cancelled
-    tasks_done: int = 0
-    tasks_total: int | None = None  # static estimate from the playbook; includes may add more
+    tasks_done: int = 0  # tasks that reported a result on this host (a loop counts once)
+    tasks_total: int | None = None  # tasks known so far: the play's own, plus includes/handlers
+    ok: int = 0  # task results, as in ansible's PLAY RECAP (changed ones count in ok too)
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
     unreachable: bool = False
     started: str | None = None
     finished: str | None = None
     duration_s: float | None = None
     # set_stats "todo_skip": the role declared the milestone skipped
     skip_requested: bool = field(default=False, repr=False)
-    # results seen this play: only "skipped" ones means the milestone was skipped
-    results_ok: int = field(default=0, repr=False)
-    results_skipped: int = field(default=0, repr=False)
     last_skip_reason: str = field(default="", repr=False)
+    # the play stopped for every host (any_errors_fatal): the item stays cancelled
+    stopped: bool = field(default=False, repr=False)
     _t0: float | None = field(default=None, repr=False)
 
-    _PRIVATE = ("skip_requested", "results_ok", "results_skipped", "last_skip_reason", "_t0")
+    _PRIVATE = ("skip_requested", "last_skip_reason", "stopped", "_t0")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -98,9 +101,19 @@ class TodoItem:
     @property
     def progress(self) -> str:
         """``3/12 tasks`` (or ``13 tasks`` once includes pushed it past the estimate)."""
-        if self.tasks_total and self.tasks_done <= self.tasks_total:
-            return f"{self.tasks_done}/{self.tasks_total} tasks"
+        if self.tasks_total:
+            return f"{min(self.tasks_done, self.tasks_total)}/{self.tasks_total} tasks"
         return f"{self.tasks_done} tasks"
+
+    @property
+    def result_counts(self) -> str:
+        """``ok 12 · changed 0 · skipped 3`` (failed only when there is one)."""
+        parts = [f"ok {self.ok}", f"changed {self.changed}"]
+        if self.failed:
+            parts.append(f"failed {self.failed}")
+        if self.skipped:
+            parts.append(f"skipped {self.skipped}")
+        return " · ".join(parts)
 
 
 @dataclass
@@ -114,6 +127,11 @@ class RunInfo:
     exit_code: int | None = None
     ansible_rc: int | None = None
     notes: list[str] = field(default_factory=list)
+    # who runs it, so that `status` tells a dead run from a running one
+    host: str = ""  # the controller's host name
+    pid: int | None = None  # ansible-playbook (the todo callback's process)
+    pid_started: int | None = None  # its start time (clock ticks since boot), against pid reuse
+    runner_pid: int | None = None  # `sglang-lxc run`, when it runs the playbook
 
 
 _RUN_STATUS = {

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
 from . import __version__
-from .checklist import ExitCode
+from .checklist import Checklist, ExitCode
 from .errors import SglangLxcError
 from .render_live import VIEWS
 
@@ -122,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         if args.command == "run":
-            from .executor import run_playbook
+            from .executor import refused_option, run_playbook
+
+            why = refused_option(extra)
+            if why:
+                print(f"sglang-lxc run: {why}", file=sys.stderr)
+                return int(ExitCode.USAGE)
 
             default_inventory = os.environ.get("SGLANG_LXC_INVENTORY", "inventory/lab")
             return run_playbook(
@@ -149,6 +155,30 @@ def main(argv: list[str] | None = None) -> int:
     return int(ExitCode.USAGE)
 
 
+def dead_run(checklist: Checklist) -> str | None:
+    """Why a run recorded as running is not running any more (None: it runs, or ended)."""
+    import socket
+
+    from .procs import alive
+
+    run = checklist.run
+    if run.status != "running" or run.exit_code is not None:
+        return None
+    if run.pid is None:
+        if run.runner_pid and run.host in ("", socket.gethostname()) and not alive(
+                run.runner_pid):
+            return f"sglang-lxc run (pid {run.runner_pid}) is gone; last known state below"
+        return None  # ansible-playbook has not started yet
+    if run.host and run.host != socket.gethostname():
+        return None  # on another controller: cannot check from here
+    if not alive(run.pid, run.pid_started):
+        return f"ansible-playbook (pid {run.pid} on {run.host}) is gone; last known state below"
+    if run.runner_pid and not alive(run.runner_pid):
+        return (f"sglang-lxc run (pid {run.runner_pid}) is gone, ansible-playbook "
+                f"(pid {run.pid}) still runs on its own; last known state below")
+    return None
+
+
 def _status(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -156,16 +186,26 @@ def _status(args: argparse.Namespace) -> int:
     from .reports import TODO_JSON, read_json, render_markdown
 
     run_dir = find_run(Path(args.artifacts).resolve(), args.run_id)
-    if args.format == "json":
-        sys.stdout.write((run_dir / TODO_JSON).read_text(encoding="utf-8"))
-        return 0
     checklist = read_json(run_dir / TODO_JSON)
+    dead = dead_run(checklist)
+    if dead:
+        checklist.run.status = "dead"
+        checklist.run.notes.append(dead)
+    if args.format == "json":
+        data = json.loads((run_dir / TODO_JSON).read_text(encoding="utf-8"))
+        if dead:
+            data["run"]["status"] = "dead"
+            data["run"]["notes"] = [*data["run"].get("notes", []), dead]
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return 0
     if args.format == "markdown":
         sys.stdout.write(render_markdown(checklist))
         return 0
     from .render_live import checklist_table, plain_line, summary_line
 
     header = f"{checklist.run.id} · {checklist.run.playbook} · {checklist.run.status}"
+    if dead:
+        header += f" ({dead})"
     if args.format == "plain":
         lines = [header, *(plain_line(i) for i in checklist.items), summary_line(checklist)]
         sys.stdout.write("\n".join(lines) + "\n")

@@ -70,6 +70,49 @@ def failure_message(res: dict[str, Any] | None) -> str:
     return _clip(msg)
 
 
+_FILTERS = re.compile(r"\s*\|\s*(int|bool|string|trim|lower|float)\b(\(\))?")
+_DEFAULT = re.compile(r"\s*\|\s*default\((?:[^()]|\([^()]*\))*\)")
+_NEGATE = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
+_COMPARE = re.compile(r"^(?P<left>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<right>.+)$")
+
+
+def _negate(condition: str) -> str:
+    """A condition that was false, said as what is true: ``gpu_count | int > 0`` ->
+    ``gpu_count <= 0``; ``x | bool`` -> ``x is false``; ``x is defined`` -> ``x is not defined``."""
+    text = " ".join(str(condition).split())
+    text = _DEFAULT.sub("", _FILTERS.sub("", text)).strip()
+    if text.startswith("(") and text.endswith(")") and text.count("(") == 1:
+        text = text[1:-1].strip()
+    if " and " in text or " or " in text:
+        return f"not ({text})"
+    if text.startswith("not "):
+        rest = text[4:].strip()
+        if rest.startswith("(") and rest.endswith(")") and rest.count("(") == 1:
+            rest = rest[1:-1].strip()
+        return f"{rest} is true"
+    for positive, negative in ((" is not ", " is "), (" is ", " is not "),
+                               (" not in ", " in "), (" in ", " not in ")):
+        if positive in text:
+            left, _, right = text.partition(positive)
+            return f"{left}{negative}{right}"
+    match = _COMPARE.match(text)
+    if match:
+        left, right = match["left"], match["right"]
+        if left.endswith(" | length") and match["op"] == ">" and right == "0":
+            return f"{left[: -len(' | length')]} is empty"
+        return f"{left} {_NEGATE[match['op']]} {right}"
+    if re.fullmatch(r"[\w.\[\]'\"]+", text):
+        return f"{text} is false"
+    return f"not ({text})"
+
+
+def skip_reason(conditions: list[str]) -> str:
+    """``skipped: gpu_count <= 0`` from the ``when`` that was false (or the play's list)."""
+    if len(conditions) == 1:
+        return _clip(f"skipped: {_negate(conditions[0])}")
+    return _clip("skipped: not all of " + "; ".join(" ".join(c.split()) for c in conditions))
+
+
 def _as_text(value: Any) -> str:
     if value is None or value is False:
         return ""
@@ -119,6 +162,9 @@ class ChecklistReducer:
         self._current: int | None = None
         self._next_planned = 0  # position in plan.plays of the next play expected to start
         self._dead: dict[str, TodoItem] = {}  # host -> the item where it failed
+        # task definitions (file:line) that reported on each item, for tasks_done/tasks_total
+        self._seen: dict[str, set[str]] = {}
+        self._known: dict[int, frozenset[str]] = {}  # play index -> planned task definitions
         self._stats_seen = False
         self._handlers = {
             "playbook_on_play_start": self._play_start,
@@ -134,10 +180,19 @@ class ChecklistReducer:
 
     # -- plan --------------------------------------------------------------------------------
     def load_plan(self, plan: Plan) -> None:
-        """Add every planned item as pending (call before the first event)."""
-        self.plan = plan
+        """Add every planned item as pending (call before the first event of its plays).
+
+        A further plan (the next playbook of the same ansible-playbook command) is appended.
+        """
+        if self.plan.plays or self._planned_by_index:
+            self.plan.plays.extend(plan.plays)
+            self.plan.conditions.update(plan.conditions)
+        else:
+            self.plan = plan
         for planned in plan.plays:
             self._planned_by_index[planned.index] = planned
+            if planned.task_paths:
+                self._known[planned.index] = frozenset(planned.task_paths)
             for host in planned.hosts:
                 self._new_item(planned, host)
         self.checklist.run.notes.extend(plan.notes)
@@ -232,24 +287,46 @@ class ChecklistReducer:
             self._revive(item.host, dead)
         if item.status is not Status.FAILED:  # keep the failing task's name
             item.task = str(data.get("task") or "")
+        if item.stopped:
+            return
         if item.status in (Status.PENDING, Status.CANCELLED):
             self._set_status(item, Status.IN_PROGRESS, message="")
         elif item.status is Status.IN_PROGRESS:
             self._changed(item)
 
-    def _count(self, data: dict[str, Any], ok: bool) -> TodoItem | None:
+    def _count(self, data: dict[str, Any], kind: str) -> TodoItem | None:
+        """One task result: ``ok`` (``changed`` too when it changed), ``skipped`` or ``failed``.
+
+        ``tasks_done`` counts task definitions (file:line), so a loop, a handler notified twice
+        or a task included several times counts once; a definition the plan did not hold (from
+        an include, a handler) adds one to ``tasks_total`` too, so done never passes total.
+        """
         item = self._item(data)
         if item is None:
             return None
-        item.tasks_done += 1
-        if ok:
-            item.results_ok += 1
+        key = str(data.get("task_path") or data.get("task_uuid") or data.get("task") or "")
+        seen = self._seen.setdefault(item.id, set())
+        if key not in seen:
+            seen.add(key)
+            item.tasks_done += 1
+            known = self._known.get(item.play_index)
+            if known is not None and key not in known:
+                item.tasks_total = (item.tasks_total or 0) + 1  # from an include, a handler
+            if item.tasks_total is None or item.tasks_done > item.tasks_total:
+                item.tasks_total = item.tasks_done
+        if kind == "ok":
+            item.ok += 1
+            res = data.get("res")
+            if isinstance(res, dict) and res.get("changed") is True:
+                item.changed += 1
+        elif kind == "skipped":
+            item.skipped += 1
         else:
-            item.results_skipped += 1
+            item.failed += 1
         return item
 
     def _runner_ok(self, data: dict[str, Any]) -> None:
-        item = self._count(data, ok=True)
+        item = self._count(data, "ok")
         if item is None:
             return
         res = data.get("res")
@@ -274,23 +351,38 @@ class ChecklistReducer:
                 self._changed(target)
 
     def _runner_skipped(self, data: dict[str, Any]) -> None:
-        item = self._count(data, ok=False)
+        item = self._count(data, "skipped")
         if item is None:
             return
-        conditions = self.plan.conditions.get(str(data.get("task_path") or ""))
-        if conditions:
-            item.last_skip_reason = "condition false: " + " and ".join(conditions)
+        res = data.get("res")
+        false_condition = res.get("false_condition") if isinstance(res, dict) else None
+        if false_condition:
+            item.last_skip_reason = skip_reason([str(false_condition)])
+        else:
+            conditions = self.plan.conditions.get(str(data.get("task_path") or ""))
+            if conditions:
+                item.last_skip_reason = skip_reason(conditions)
 
     def _runner_failed(self, data: dict[str, Any]) -> None:
         if data.get("ignore_errors"):
-            self._count(data, ok=True)
+            self._count(data, "ok")
             return
-        item = self._count(data, ok=False)
+        item = self._count(data, "failed")
         if item is None:
             return
         item.task = str(data.get("task") or "")
         self._dead[item.host] = item
         self._set_status(item, Status.FAILED, message=failure_message(data.get("res")))
+        if data.get("any_errors_fatal"):
+            self._stop_play(item)
+
+    def _stop_play(self, failed: TodoItem) -> None:
+        """any_errors_fatal: ansible ends the play (and the run) for every host."""
+        why = f"stopped: {failed.host} failed in {failed.task!r} (any_errors_fatal)"
+        for item in self.checklist.for_play(failed.play_index):
+            if item is not failed and not item.status.finished:
+                item.stopped = True
+                self._set_status(item, Status.CANCELLED, message=why)
 
     def _runner_unreachable(self, data: dict[str, Any]) -> None:
         item = self._item(data)
@@ -324,9 +416,9 @@ class ChecklistReducer:
         item.task = ""  # "task" is the running or the failing one
         if item.skip_requested:
             self._set_status(item, Status.SKIPPED, message=item.message)
-        elif item.results_ok == 0:
+        elif item.ok == 0:
             reason = item.last_skip_reason or (
-                "all tasks skipped" if item.results_skipped else "no task ran on this host"
+                "all tasks skipped" if item.skipped else "no task ran on this host"
             )
             self._set_status(item, Status.SKIPPED, message=reason)
         else:

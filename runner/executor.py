@@ -1,13 +1,16 @@
-"""Run ansible-playbook through ansible-runner and keep the run's todo checklist.
+"""``sglang-lxc run``: ansible-playbook through ansible-runner, with the todo callback on.
 
-The playbook is planned (plays x hosts, ``planner``) in a worker thread while ansible-playbook
-starts; events are folded into the checklist (``events``) only once the plan is in, so every
-milestone is listed as pending before the first task result counts. The checklist is shown
-live (``render_live``) and written to the run's artifact folder (``reports``).
+The checklist itself is kept by the ``todo`` callback plugin (plugins/callback/todo.py) inside
+ansible-playbook: it lists every milestone before the first task, follows the run and writes
+``todo.json``, ``todo.md`` and ``junit.xml`` into ansible-runner's artifact folder. This layer
+only starts it, shows what the callback wrote (``render_live``), keeps ``no_log`` output out of
+ansible-runner's own files, ends the whole process tree on SIGINT/SIGTERM, settles the
+checklist when ansible-playbook did not (interrupted, crashed) and turns it into an exit code.
 """
 
 from __future__ import annotations
 
+import configparser
 import logging
 import os
 import re
@@ -16,27 +19,25 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import ansible_runner
 
+from . import procs
 from .artifacts import mark_latest, new_run_id
-from .checklist import Checklist, ExitCode, RunInfo, Status, TodoItem, now_iso
+from .checklist import Checklist, ExitCode, RunInfo, now_iso
 from .errors import RunError
 from .events import ChecklistReducer
 from .paths import PROJECT_ROOT
-from .planner import Plan, plan_in_subprocess
 from .render_live import LiveView, PlainView, make_view
-from .reports import write_all, write_json
+from .reports import TODO_JSON, read_json, write_all
 
 log = logging.getLogger(__name__)
 
-# events still written to job_events/ (few per run); the rest only feed the checklist
+# events still written to job_events/ (few per run); the rest only go by
 KEPT_EVENTS = frozenset({
     "playbook_on_start",
     "playbook_on_play_start",
@@ -49,9 +50,25 @@ KEPT_EVENTS = frozenset({
 # failing no_log action as "[ERROR]: Task failed: Action failed: <msg>")
 FAILURE_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner_on_unreachable"})
 NO_LOG_NOTE = "[sglang-lxc: output of a no_log task removed]"
-JSON_WRITE_INTERVAL_S = 0.5
+POLL_INTERVAL_S = 0.25  # how often the view reads todo.json
 PEXPECT_TIMEOUT_S = 0.5  # how often ansible-runner asks whether to cancel
+CALLBACK = "todo"
+CALLBACK_DIR = PROJECT_ROOT / "plugins" / "callback"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# ansible-playbook options that need a person at ansible-playbook's own terminal
+REFUSED = {
+    "--step": "--step asks before every task on ansible-playbook's own terminal, which "
+              "sglang-lxc run does not give it; run `ansible-playbook --step ...` instead "
+              "(the todo callback still writes the checklist)",
+}
+
+
+def refused_option(extra_args: list[str]) -> str | None:
+    """Why an ansible-playbook option cannot go through ``sglang-lxc run`` (None: it can)."""
+    for arg in extra_args:
+        if arg in REFUSED:
+            return REFUSED[arg]
+    return None
 
 
 @dataclass
@@ -90,19 +107,64 @@ class _Cancel:
         self._previous.clear()
 
 
+def _inventory_source(source: str) -> str:
+    """A path (made absolute, must exist) or an inline host list (``localhost,``) as is."""
+    if "," in source:
+        return source
+    path = Path(source)
+    if not path.exists():
+        raise RunError(f"inventory not found: {source}")
+    return str(path.resolve())
+
+
+def _config_list(config: configparser.ConfigParser, *keys: str) -> list[str]:
+    for key in keys:
+        value = config.get("defaults", key, fallback="")
+        if value:
+            return [v.strip() for v in value.replace("\n", ",").split(",") if v.strip()]
+    return []
+
+
+def callback_env(config_path: str | None, environ: dict[str, str]) -> dict[str, str]:
+    """ANSIBLE_CALLBACK_PLUGINS and ANSIBLE_CALLBACKS_ENABLED with the todo callback in them.
+
+    ansible-runner sets ANSIBLE_CALLBACK_PLUGINS (to add its own), which hides
+    ``callback_plugins`` of ansible.cfg: so the configured folders go into the variable, with
+    this project's, and ``todo`` joins the enabled callbacks (ARA, junit... stay enabled).
+    """
+    config = configparser.ConfigParser(interpolation=None)
+    base = Path.cwd()
+    if config_path and os.path.isfile(config_path):
+        config.read(config_path)
+        base = Path(config_path).resolve().parent
+    dirs = [d for d in environ.get("ANSIBLE_CALLBACK_PLUGINS", "").split(os.pathsep) if d]
+    if not dirs:
+        configured = config.get("defaults", "callback_plugins", fallback="")
+        dirs = [str(base / os.path.expanduser(d.strip()))
+                for d in configured.split(os.pathsep) if d.strip()]
+    if str(CALLBACK_DIR) not in dirs:
+        dirs.append(str(CALLBACK_DIR))
+    enabled = [e.strip() for e in environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",")
+               if e.strip()] or _config_list(config, "callbacks_enabled", "callback_whitelist")
+    if CALLBACK not in enabled:
+        enabled.append(CALLBACK)
+    return {"ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(dirs),
+            "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled)}
+
+
 class RunSession:
     """Everything one run needs; ``execute()`` returns the exit code (``ExitCode``)."""
 
     def __init__(self, options: RunOptions, err: TextIO | None = None) -> None:
         self.options = options
         self.err = err or sys.stderr
+        why = refused_option(options.extra_args)
+        if why:
+            raise RunError(why)
         self.playbook = Path(options.playbook).resolve()
         if not self.playbook.is_file():
             raise RunError(f"playbook not found: {options.playbook}")
-        self.inventories = [str(Path(i).resolve()) for i in options.inventories]
-        for inventory in self.inventories:
-            if not os.path.exists(inventory):
-                raise RunError(f"inventory not found: {inventory}")
+        self.inventories = [_inventory_source(i) for i in options.inventories]
         self.root = Path(options.artifacts).resolve()
         self.run_id = new_run_id(self.playbook)
         self.run_dir = self.root / self.run_id
@@ -110,17 +172,14 @@ class RunSession:
         self.lock = threading.Lock()
         self.checklist = Checklist(run=RunInfo(
             id=self.run_id, playbook=str(self.playbook), artifact_dir=str(self.run_dir),
-            started=now_iso(),
+            started=now_iso(), runner_pid=os.getpid(),
         ))
-        self.reducer = ChecklistReducer(self.checklist, on_change=self._on_change)
         mode = "plain" if options.ansible_output else options.view
         self.view: PlainView | LiveView = make_view(mode, self.checklist, self.lock)
         self.cancel = _Cancel()
-        self._plan_future: Future[Plan] | None = None
-        self._plan_loaded = False
-        self._dirty = False
-        self._last_write = 0.0
-        self.handler_errors = 0
+        self._stop_polling = threading.Event()
+        self._seen_mtime = 0
+        self._planned = False
 
     # -- environment -------------------------------------------------------------------------
     def envvars(self) -> dict[str, str]:
@@ -128,74 +187,52 @@ class RunSession:
         config = os.environ.get("ANSIBLE_CONFIG") or str(PROJECT_ROOT / "ansible.cfg")
         if os.path.isfile(config):
             env["ANSIBLE_CONFIG"] = config
-        if "ANSIBLE_FORCE_COLOR" not in os.environ:
-            env["ANSIBLE_FORCE_COLOR"] = "0"
+        # ansible-playbook runs on a pseudo-terminal: without this it colours its output, and
+        # ansible-runner saves it in the artifact `stdout` file
+        env["ANSIBLE_NOCOLOR"] = "1"
+        env["ANSIBLE_FORCE_COLOR"] = "0"
+        env.update(callback_env(env.get("ANSIBLE_CONFIG"), dict(os.environ)))
+        env["SGLANG_LXC_RUNNER_PID"] = str(os.getpid())
         venv_bin = Path(sys.executable).parent
         if not shutil.which("ansible-playbook") and (venv_bin / "ansible-playbook").exists():
             # run from a venv that is not activated: use its ansible-playbook
             env["PATH"] = os.pathsep.join([str(venv_bin), os.environ.get("PATH", os.defpath)])
         return env
 
-    # -- plan --------------------------------------------------------------------------------
-    def start_planning(self, env: dict[str, str]) -> None:
-        """List plays x hosts in a child process (same configuration as ansible-playbook)."""
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglang-lxc-plan")
-        self._plan_future = pool.submit(
-            plan_in_subprocess,
-            str(self.playbook),
-            self.inventories,
-            list(self.options.extra_args),
-            env,
-        )
-        self._plan_future.add_done_callback(lambda _f: self.ensure_plan())
-        pool.shutdown(wait=False)
+    # -- following the callback's todo.json --------------------------------------------------
+    def _poll(self) -> None:
+        while not self._stop_polling.wait(POLL_INTERVAL_S):
+            self.refresh()
 
-    def ensure_plan(self) -> None:
-        """Load the plan into the checklist once (waits for the planner if need be)."""
-        if self._plan_loaded or self._plan_future is None:
-            return
+    def refresh(self) -> bool:
+        """Read the callback's todo.json if it changed; show what changed. True if read."""
+        path = self.run_dir / TODO_JSON
         try:
-            plan: Plan | None = self._plan_future.result()
-        except Exception as exc:  # the run goes on; items appear as plays start
-            plan = None
-            note = f"could not list the plays before the run: {_ANSI.sub('', str(exc)).strip()}"
-            log.warning("%s", note)
-        else:
-            note = None
+            mtime = path.stat().st_mtime_ns
+            if mtime == self._seen_mtime:
+                return False
+            latest = read_json(path)
+        except (OSError, ValueError):
+            return False
+        self._seen_mtime = mtime
         with self.lock:
-            if self._plan_loaded:
-                return
-            self._plan_loaded = True
-            if plan is not None:
-                self.reducer.load_plan(plan)
-            if note:
-                self.checklist.run.notes.append(note.splitlines()[0][:300])
-                self.err.write(f"sglang-lxc: {note.splitlines()[0][:300]}\n")
-            self.view.planned()
-            self._write_json()
-
-    # -- callbacks ---------------------------------------------------------------------------
-    def _on_change(self, item: TodoItem, old: Status) -> None:
-        self.view.changed(item, old)
-        if item.status is not old:
-            self._dirty = True
-
-    def _write_json(self) -> None:
-        write_json(self.checklist, self.run_dir)
-        self._dirty = False
-        self._last_write = time.monotonic()
+            old = {i.id: i.status for i in self.checklist.items}
+            runner_pid = self.checklist.run.runner_pid
+            self.checklist.run = latest.run
+            self.checklist.run.runner_pid = latest.run.runner_pid or runner_pid
+            self.checklist.items[:] = latest.items
+            self.checklist.__post_init__()
+            if not self._planned:
+                if not self.checklist.items and latest.run.exit_code is None:
+                    return True  # our own placeholder: the callback has not listed the plan
+                self._planned = True
+                self.view.planned()
+            else:
+                for item in self.checklist.items:
+                    self.view.changed(item, old.get(item.id, item.status))
+        return True
 
     def event_handler(self, event: dict[str, Any]) -> bool:
-        try:
-            if not self._plan_loaded:
-                self.ensure_plan()
-            with self.lock:
-                self.reducer.handle(event)
-                if self._dirty and time.monotonic() - self._last_write > JSON_WRITE_INTERVAL_S:
-                    self._write_json()
-        except Exception:  # a reporting bug must never stop the run
-            self.handler_errors += 1
-            log.exception("checklist: could not handle event %s", event.get("event"))
         self._censor(event)
         return self.options.keep_events or event.get("event") in KEPT_EVENTS
 
@@ -205,8 +242,7 @@ class RunSession:
         ansible-runner writes this very dict to job_events/ and its ``stdout`` text to the
         ``stdout`` file (and the terminal with --ansible-output) after this handler returns. So
         replace the display text of failed no_log tasks, and drop set_stats data from the stats
-        event (``set_stats`` under no_log is aggregated there uncensored; the checklist already
-        has what it needs).
+        event (``set_stats`` under no_log is aggregated there uncensored).
         """
         name = event.get("event")
         data = event.get("event_data") or {}
@@ -220,10 +256,14 @@ class RunSession:
     # -- run ---------------------------------------------------------------------------------
     def execute(self, runner: Callable[..., Any] = ansible_runner.run) -> int:
         env = self.envvars()
-        self.start_planning(env)
         mark_latest(self.root, self.run_dir)  # `sglang-lxc status` follows the run as it goes
+        write_all(self.checklist, self.run_dir)  # until the callback writes its own
+        self._seen_mtime = 0
         self.view.start()
+        procs.become_subreaper()
         self.cancel.install()
+        poller = threading.Thread(target=self._poll, name="sglang-lxc-view", daemon=True)
+        poller.start()
         rc: int | None = None
         failure: str | None = None
         try:
@@ -249,16 +289,17 @@ class RunSession:
             log.exception("ansible-runner failed")
             interrupted = False
             failure = f"ansible-runner failed: {type(exc).__name__}: {exc}"
-        finally:
-            self.cancel.restore()
-        self.ensure_plan()
+        self._stop_polling.set()
+        poller.join()
+        self._seen_mtime = 0
+        self.refresh()
+        if interrupted:
+            self.end_tree()
+        self.cancel.restore()
         with self.lock:
-            code = self.reducer.finish(interrupted=interrupted, ansible_rc=rc)
+            code = self.settle(interrupted, rc)
             if failure:
                 self.checklist.run.notes.append(failure[:300])
-            if self.handler_errors:
-                self.checklist.run.notes.append(
-                    f"{self.handler_errors} events could not be read (see the log)")
             paths = write_all(self.checklist, self.run_dir)
         self.view.stop([str(p) for p in paths])
         if failure:
@@ -266,6 +307,26 @@ class RunSession:
         elif code is ExitCode.ERROR:
             self._show_ansible_error()
         return int(code)
+
+    def end_tree(self) -> None:
+        """Interrupted: end every process the run started, ansible-playbook's session too."""
+        # ansible-runner starts ansible-playbook as a session leader: its session id is its pid
+        pid = self.checklist.run.pid
+        sessions = [pid] if pid and pid != os.getpid() else []
+        ended = procs.end_tree(os.getpid(), sessions)
+        if ended:
+            log.info("ended %d processes of the run: %s", len(ended), ended)
+
+    def settle(self, interrupted: bool, rc: int | None) -> ExitCode:
+        """What ansible-playbook left unfinished (interrupted, crashed), and the exit code."""
+        run = self.checklist.run
+        finished_by_callback = run.exit_code is not None and not interrupted
+        if finished_by_callback:
+            code = self.checklist.outcome(False, rc)
+            self.checklist.set_outcome(code)
+            run.ansible_rc = rc
+            return code
+        return ChecklistReducer(self.checklist).finish(interrupted=interrupted, ansible_rc=rc)
 
     def _show_ansible_error(self) -> None:
         """ansible-playbook failed outside any task: show the end of its own output."""

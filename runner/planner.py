@@ -1,12 +1,14 @@
 """List the run's milestones (plays x hosts) before the first task runs.
 
-Ansible reads the playbook and inventory itself, exactly as ``ansible-playbook --list-hosts``
-does with the same options (``--limit``, ``-e``, ``--tags``...). It runs in a child process
-(``python -m sglang_lxc.planner``), beside ansible-playbook's own start-up: ansible keeps
-process-wide state that can be set up only once, and the child keeps it out of the runner.
+``plan_plays`` reads plays ansible has loaded: the todo callback calls it at playbook start
+with ansible-playbook's own plays, inventory (``--limit`` applied), variables (``-e``) and
+``--tags``, so nothing is parsed twice. ``plan_playbook`` loads a playbook as
+``ansible-playbook --list-hosts`` does, for ``python -m sglang_lxc.planner PLAYBOOK -i INV``
+(a child process: ansible keeps process-wide state that can be set up only once).
 The result is a ``Plan``: per play its name, its hosts, ``todo_priority``, ``todo_content``
-rendered per host, and a static task count. Plays that target hosts created later with
-``add_host`` get their items when those hosts first show up in the run (``Plan.content_for``).
+rendered per host, and its tasks (file:line, after ``--tags``). Plays that target hosts
+created later with ``add_host`` get their items when those hosts first show up in the run
+(``Plan.content_for``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PlannedPlay:
     contents: dict[str, str] = field(default_factory=dict)  # host -> rendered todo_content
     content_template: str | None = None
     tasks_total: int | None = None
+    task_paths: list[str] = field(default_factory=list)  # file:line of each task, for counts
     simple_vars: dict[str, Any] = field(default_factory=dict)  # for hosts added later
 
 
@@ -145,13 +148,10 @@ def planner_args(extra_args: Sequence[str]) -> list[str]:
 def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequence[str]) -> Plan:
     """Read ``playbook`` with ansible's own loaders; raise ansible's error if it cannot."""
     # imported here: ansible reads its configuration (ANSIBLE_CONFIG) when first imported
-    from ansible import constants as C
     from ansible import context
     from ansible.cli import CLI
     from ansible.cli.playbook import PlaybookCLI
     from ansible.executor.playbook_executor import PlaybookExecutor
-    from ansible.playbook.block import Block
-    from ansible.template import Templar
 
     argv = ["ansible-playbook", "--list-hosts"]
     for inv in inventories:
@@ -169,6 +169,28 @@ def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequenc
         passwords={},
     )
     listing = executor.run()
+
+    plays = [play for entry in listing for play in entry["plays"]]
+    return plan_plays(playbook, plays, inventory, variable_manager, loader)
+
+
+def plan_plays(
+    playbook: str,
+    plays: Sequence[Any],
+    inventory: Any,
+    variable_manager: Any,
+    loader: Any,
+    first_index: int = 1,
+    template_hosts: bool = False,
+) -> Plan:
+    """The plan of ansible's loaded ``plays`` (the todo callback calls this at playbook start).
+
+    ``template_hosts``: the plays' ``hosts`` are still templates (before ansible's own
+    post-validation at play start), render them with the play's variables.
+    """
+    from ansible import constants as C
+    from ansible.playbook.block import Block
+    from ansible.template import Templar
 
     plan = Plan(playbook=playbook)
 
@@ -192,41 +214,51 @@ def plan_playbook(playbook: str, inventories: Sequence[str], extra_args: Sequenc
         return str(Templar(loader=loader, variables=variables).template(source)).strip()
 
     plays_by_index: dict[int, Any] = {}
-    index = 0
-    for entry in listing:
-        for play in entry["plays"]:
-            index += 1
-            plays_by_index[index] = play
-            loader.set_basedir(play._included_path or os.path.dirname(entry["playbook"]))
-            hosts = [h.name for h in inventory.get_hosts(play.hosts)]
-            pattern = ",".join(play.hosts) if isinstance(play.hosts, list) else str(play.hosts)
-            name = play.get_name().strip() or pattern
-            planned = PlannedPlay(
-                index=index,
-                name=name,
-                pattern=pattern,
-                hosts=hosts,
-                priority=normalise_priority(play.vars.get("todo_priority"), name, plan.notes),
-                content_template=_plain(play.vars.get("todo_content")),
-            )
-            if planned.content_template:  # only what the title uses
-                planned.simple_vars = {
-                    k: _plain(v) for k, v in play.vars.items()
-                    if k != "todo_content" and isinstance(v, str | int | float | bool)
-                    and k in str(planned.content_template)
-                }
+    for index, play in enumerate(plays, start=first_index):
+        plays_by_index[index] = play
+        if play._included_path:
+            loader.set_basedir(play._included_path)
+        patterns = play.hosts
+        all_vars: dict[str, Any] | None = None
+        if template_hosts:
             try:
                 all_vars = variable_manager.get_vars(play=play)
-                tasks: list[Any] = []
-                for block in play.compile():
-                    tasks_of(block.filter_tagged_tasks(all_vars), tasks)
-                planned.tasks_total = len(tasks)
-                for task in tasks:
-                    if task.when:
-                        plan.conditions[task.get_path()] = [str(w) for w in task.when]
-            except Exception as exc:  # the count is a nicety
-                log.debug("counting tasks of %s: %s", name, exc)
-            plan.plays.append(planned)
+                patterns = Templar(loader=loader, variables=all_vars).template(play.hosts)
+            except Exception as exc:  # ansible says why at play start
+                log.debug("hosts of %s: %s", play.get_name(), exc)
+                patterns = []
+        hosts = [h.name for h in inventory.get_hosts(patterns)] if patterns else []
+        pattern = ",".join(map(str, play.hosts)) if isinstance(play.hosts, list) else str(
+            play.hosts)
+        name = play.get_name().strip() or pattern
+        planned = PlannedPlay(
+            index=index,
+            name=name,
+            pattern=pattern,
+            hosts=hosts,
+            priority=normalise_priority(play.vars.get("todo_priority"), name, plan.notes),
+            content_template=_plain(play.vars.get("todo_content")),
+        )
+        if planned.content_template:  # only what the title uses
+            planned.simple_vars = {
+                k: _plain(v) for k, v in play.vars.items()
+                if k != "todo_content" and isinstance(v, str | int | float | bool)
+                and k in str(planned.content_template)
+            }
+        try:
+            if all_vars is None:
+                all_vars = variable_manager.get_vars(play=play)
+            tasks: list[Any] = []
+            for block in play.compile():
+                tasks_of(block.filter_tagged_tasks(all_vars), tasks)
+            planned.task_paths = list(dict.fromkeys(t.get_path() for t in tasks))
+            planned.tasks_total = len(planned.task_paths)
+            for task in tasks:
+                if task.when:
+                    plan.conditions[task.get_path()] = [str(w) for w in task.when]
+        except Exception as exc:  # the count is a nicety
+            log.debug("counting tasks of %s: %s", name, exc)
+        plan.plays.append(planned)
 
     plan._render = render
     for planned in plan.plays:

@@ -55,6 +55,7 @@ def checklist_table(checklist: Checklist, title: str | None = None) -> Table:
     table.add_column("todo", overflow="fold")
     table.add_column("prio", no_wrap=True)
     table.add_column("status", no_wrap=True)
+    table.add_column("changed", no_wrap=True, justify="right")
     table.add_column("notes", overflow="fold", max_width=70)
     for item in checklist.items:
         mark, style = STYLE[item.status]
@@ -63,7 +64,9 @@ def checklist_table(checklist: Checklist, title: str | None = None) -> Table:
             Text(item.content),
             Text(item.priority, style=PRIORITY_STYLE.get(item.priority, "")),
             Text(item.status.value, style=style),
-            Text(item_note(item), style="red" if item.status is Status.FAILED else ""),
+            Text(str(item.changed) if item.ok or item.failed or item.skipped else ""),
+            Text(item_note(item, counts=False),
+                 style="red" if item.status is Status.FAILED else ""),
         )
     return table
 
@@ -84,6 +87,14 @@ def plain_line(item: TodoItem) -> str:
     return f"{line} — {note}" if note else line
 
 
+def compact_line(item: TodoItem, status: bool = False) -> str:
+    """``✔ Install SGLang on ct200 — ok 12 · changed 0``: the mark says the status."""
+    mark = STYLE[item.status][0]
+    word = f"{item.status.value} " if status else ""
+    note = item_note(item)
+    return f"{mark} {word}{item.content}" + (f" — {note}" if note else "")
+
+
 class PlainView:
     """One line per change of an item's status or findings (no per-task noise)."""
 
@@ -100,7 +111,11 @@ class PlainView:
         self._write(f"sglang-lxc: running {self.checklist.run.playbook}")
 
     def planned(self) -> None:
+        """The plan, as the todo callback listed it before the first task: all pending."""
         self._write(f"checklist: {len(self.checklist.items)} todos")
+        for item in self.checklist.items:
+            self._write(f"[{Status.PENDING.value}] ({item.priority}) {item.content}")
+            self._shown[item.id] = (Status.PENDING, "")
         for item in self.checklist.items:
             self._show(item)
 

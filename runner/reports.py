@@ -50,7 +50,7 @@ def read_json(path: Path) -> Checklist:
     return Checklist.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def item_note(item: TodoItem) -> str:
+def item_note(item: TodoItem, counts: bool = True) -> str:
     """What to say after an item's title: findings, then failure/skip reason or progress."""
     parts = []
     if item.details:
@@ -61,6 +61,8 @@ def item_note(item: TodoItem) -> str:
         parts.append(f"{item.progress} · {item.task}" if item.task else item.progress)
     elif item.message:
         parts.append(item.message)
+    if counts and (item.ok or item.failed or item.skipped):
+        parts.append(item.result_counts)
     return " — ".join(p for p in parts if p)
 
 
@@ -86,14 +88,15 @@ def render_markdown(checklist: Checklist) -> str:
         f" (ansible-playbook rc {run.ansible_rc if run.ansible_rc is not None else '-'})",
         "- " + ", ".join(f"{n} {s}" for s, n in counts.items() if n),
         "",
-        "| | todo | priority | status | notes | time |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| | todo | priority | status | changed | notes | time |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for item in checklist.items:
+        ran = item.ok or item.failed or item.skipped
         lines.append(
             f"| {MARKS[item.status]} | {_md_escape(item.content)} | {item.priority} "
-            f"| {item.status.value} | {_md_escape(item_note(item))} "
-            f"| {_duration(item.duration_s)} |"
+            f"| {item.status.value} | {f'changed {item.changed}' if ran else ''} "
+            f"| {_md_escape(item_note(item, counts=False))} | {_duration(item.duration_s)} |"
         )
     if run.notes:
         lines += ["", "Notes:", *[f"- {_md_escape(n)}" for n in run.notes]]

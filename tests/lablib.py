@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,9 @@ def lab_env(**extra: str) -> dict[str, str]:
         PATH=os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
         PYTHONUNBUFFERED="1",
     )
+    # the todo callback's run folders go to /tmp, not into the checkout's artifacts/
+    env.setdefault("SGLANG_LXC_ARTIFACTS",
+                   str(Path(tempfile.gettempdir()) / "sglang-lxc-test-artifacts"))
     env.update(extra)
     return env
 

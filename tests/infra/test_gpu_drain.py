@@ -7,6 +7,8 @@ Run after `playbooks/drain.yml`: pytest tests/infra/test_gpu_drain.py --hosts=an
 import fnmatch
 import json
 
+import pytest
+
 GPU_TOOLS_PYTHON = "/opt/sglang/gpu-tools/bin/python"
 KEEP = ["sglang@*", "sglang-router*", "nvidia-persistenced.service"]
 
@@ -30,6 +32,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.milestone("gpu_facts", unless_exists=GPU_TOOLS_PYTHON)
 def test_gpu_tools_venv_has_pynvml(host):
     cmd = host.run(f"{GPU_TOOLS_PYTHON} -c 'import pynvml; print(pynvml.__name__)'")
     assert cmd.rc == 0, cmd.stderr

@@ -18,6 +18,8 @@ import shlex
 
 import pytest
 
+pytestmark = pytest.mark.milestone("sglang")
+
 
 @pytest.fixture
 def venv(host) -> str:

@@ -13,6 +13,8 @@ import urllib.parse
 
 import pytest
 
+pytestmark = pytest.mark.milestone("sglang_serve")
+
 CONFIG_DIR = "/etc/sglang/instances"
 UNIT = "/etc/systemd/system/sglang@.service"
 HARDENING = (

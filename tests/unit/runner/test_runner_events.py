@@ -110,7 +110,7 @@ def test_recorded_skips_with_condition_and_with_declared_reason():
     items = by_id(checklist)
     assert code is ExitCode.OK
     assert items["1-alpha"].status is Status.SKIPPED
-    assert items["1-alpha"].message == "condition false: gpu_count | int > 0"
+    assert items["1-alpha"].message == "skipped: gpu_count <= 0"
     assert items["2-alpha"].status is Status.SKIPPED
     assert items["2-alpha"].message == "no GPU"
 

@@ -45,7 +45,7 @@ def test_json_has_the_todo_shape_and_round_trips(tmp_path):
 def test_markdown_is_a_checklist_table_with_escaped_cells():
     text = render_markdown(sample())
     assert text.startswith("# sglang-lxc run `site.yml`: failed")
-    row = "| [x] | Stop training on ct200 | high | completed | 2 processes stopped | 1.5s |"
+    row = "| [x] | Stop training on ct200 | high | completed |  | 2 processes stopped | 1.5s |"
     assert row in text
     assert "Install SGLang \\| fix SM120 on ct200" in text
     assert "SGLang \\| Install: pip said no" in text
