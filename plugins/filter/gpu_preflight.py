@@ -10,7 +10,9 @@ Filters:
 
 A verdict: ``{"check": name, "status": "pass"|"warn"|"fail"|"skip", "detail": text,
 "fix": text or None}``. ``checks`` carries what the inventory expects; see
-roles/gpu_facts/meta/argument_specs.yml (gpu_facts_preflight_*) for each key.
+roles/gpu_facts/meta/argument_specs.yml (gpu_facts_preflight_*) for each key, plus the probes
+``uvm_present`` (bool) and ``libcuda`` (the path ``ldconfig -p`` gives for ``libcuda.so.1``, "" when
+absent, missing when not probed).
 Pure Python with no Ansible import at module level, so tests import it directly.
 """
 
@@ -168,6 +170,25 @@ def _uvm_check(checks):
     )
 
 
+def _libcuda_check(checks):
+    """The driver's libcuda.so.1 as the loader sees it (Triton looks it up with ``ldconfig -p``)."""
+    path = checks.get("libcuda")
+    if path is None:
+        return _verdict("libcuda", "skip", "ldconfig -p not read")
+    if path:
+        return _verdict("libcuda", "pass", f"libcuda.so.1 => {path} (ldconfig -p)")
+    return _verdict(
+        "libcuda",
+        "fail",
+        "libcuda.so.1 is not in the loader cache (ldconfig -p): torch, flashinfer and Triton "
+        "cannot load the driver, and Triton's launcher cannot link",
+        "install the NVIDIA userspace driver in the container, the same version as the host's "
+        "kernel module (NVIDIA-Linux-x86_64-<version>.run --no-kernel-module), or, if it is "
+        "installed outside the loader's folders, add that folder to /etc/ld.so.conf.d/ and run "
+        "ldconfig; then rerun the toolchain play so $CUDA_HOME/lib64/stubs/libcuda.so links to it",
+    )
+
+
 def _disk_check(facts, checks):
     path = checks.get("model_store_path")
     need_gib = float(checks.get("model_store_min_free_gib") or 0)
@@ -255,10 +276,17 @@ def gpu_preflight_verdicts(facts, checks):
     if expected <= 0:
         verdicts = [
             _verdict(name, "skip", NO_GPU)
-            for name in ("nvml", "gpu_count", "compute_capability", "driver", "nvidia_uvm")
+            for name in (
+                "nvml",
+                "gpu_count",
+                "compute_capability",
+                "driver",
+                "nvidia_uvm",
+                "libcuda",
+            )
         ]
     else:
-        verdicts = [*_gpu_checks(facts, checks), _uvm_check(checks)]
+        verdicts = [*_gpu_checks(facts, checks), _uvm_check(checks), _libcuda_check(checks)]
     verdicts.append(_disk_check(facts, checks))
     verdicts.append(_memory_check(facts, checks))
     return verdicts

@@ -23,6 +23,8 @@ def lab_containers(
                 "mounts": [
                     {"host_path": f"{root}/data/{name}/models", "path": "/srv/models"},
                     {"host_path": f"{root}/data/{name}/checkpoints", "path": "/srv/checkpoints"},
+                    # the JIT caches (sglang_lxc_cache_dir), kept across container recreation
+                    {"host_path": f"{root}/data/{name}/cache", "path": "/var/cache/sglang"},
                 ],
             }
         )

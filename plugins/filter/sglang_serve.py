@@ -329,17 +329,23 @@ def _environment(
     settings: Mapping[str, Any], raw: Mapping[str, Any], gpus: list[int]
 ) -> dict[str, str]:
     cache = str(settings.get("cache_dir") or "/var/cache/sglang")
+    # Compiled kernels are tied to the CUDA version they were built with (a CUDA 13 flashinfer
+    # cache reused under 12.9 fails: flashinfer issue 5145), so one JIT cache per CUDA version.
+    cuda = str(settings.get("cuda_version") or "")
+    if cuda and not re.fullmatch(r"[0-9]+\.[0-9]+", cuda):
+        raise ServeConfigError(f"sglang_serve_cuda_version must be major.minor, got {cuda!r}")
+    jit = f"{cache}/cuda-{cuda}" if cuda else cache
     env: dict[str, str] = {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
         "HOME": str(settings.get("home") or "/var/lib/sglang"),
         "XDG_CACHE_HOME": cache,
         "HF_HOME": f"{cache}/huggingface",
-        "FLASHINFER_WORKSPACE_BASE": cache,
-        "TRITON_CACHE_DIR": f"{cache}/triton",
-        "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
-        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
-        "CUDA_CACHE_PATH": f"{cache}/nv_compute",
+        "FLASHINFER_WORKSPACE_BASE": jit,
+        "TRITON_CACHE_DIR": f"{jit}/triton",
+        "TORCH_EXTENSIONS_DIR": f"{jit}/torch_extensions",
+        "TORCHINDUCTOR_CACHE_DIR": f"{jit}/torchinductor",
+        "CUDA_CACHE_PATH": f"{jit}/nv_compute",
         "PYTHONUNBUFFERED": "1",
     }
     if settings.get("hf_offline", True):

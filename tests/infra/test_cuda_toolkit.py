@@ -109,6 +109,7 @@ def expected(host) -> dict[str, Any]:
         "env_file": env_file,
         "profile_file": os.environ.get("SGLANG_LXC_CUDA_PROFILE_FILE")
         or defaults["cuda_toolkit_profile_file"],
+        "python": inv.get("cuda_toolkit_python") or defaults["cuda_toolkit_python"],
     }
 
 
@@ -262,3 +263,34 @@ def test_nvcc_reports_the_pinned_version(host, expected):
     assert f"release {expected['version']}," in out
     if expected["pins"]:
         assert f"V{expected['pins']['nvidia-cuda-nvcc']}" in out
+
+
+def test_python_headers_of_the_serving_interpreter(host, expected):
+    """torch cpp_extension, Triton's launcher and sgl-kernel's CMake compile against Python.h."""
+    python = expected["python"]
+    path = host.check_output(
+        f"{python} -c \"import sysconfig; print(sysconfig.get_paths()['include'])\""
+    )
+    assert host.file(f"{path}/Python.h").is_file, f"{path}/Python.h missing (python3-dev)"
+
+
+def test_libcuda_links_from_the_stubs_folder(host, expected, cuda_home, workdir):
+    """-L$CUDA_HOME/lib64/stubs -lcuda (flashinfer's link line) records libcuda.so.1."""
+    stub = f"{cuda_home}/lib64/stubs/libcuda.so"
+    assert host.file(stub).exists, f"{stub} missing"
+    soname = host.check_output(f"readelf -d $(readlink -f {stub}) | grep SONAME")
+    assert "[libcuda.so.1]" in soname
+    driver = host.run("ldconfig -p | grep -F 'libcuda.so.1 ' | sed 's/.*=> //' | head -1").stdout
+    if driver.strip():  # a GPU node: the link is the driver's own library
+        assert host.check_output(f"readlink {stub}") == driver.strip()
+    uses_driver = "int cuInit(unsigned);\nint f(void) { return cuInit(0); }"
+    _write(host, f"{workdir}/uses_driver.c", uses_driver)
+    host.check_output(
+        _with_env(
+            expected,
+            f"cc -shared -fPIC {workdir}/uses_driver.c -L$CUDA_HOME/lib64/stubs -lcuda "
+            f"-o {workdir}/uses_driver.so",
+        )
+    )
+    needed = host.check_output(f"readelf -d {workdir}/uses_driver.so")
+    assert "Shared library: [libcuda.so.1]" in needed

@@ -8,6 +8,7 @@ from __future__ import annotations
 import filecmp
 import os
 import re
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -43,6 +44,22 @@ options:
     description: Create unversioned C(.so) links for versioned libraries.
     type: bool
     default: true
+  libcuda_stub:
+    description:
+      - Provide C(stubs/libcuda.so) in the library folder, so C(-L$CUDA_HOME/lib64/stubs -lcuda)
+        (flashinfer's JIT link) resolves.
+      - Where the GPU driver's C(libcuda.so.1) is known to C(ldconfig -p), a link to it; otherwise
+        a link to a generated link-time stub (SONAME C(libcuda.so.1); every driver API entry point
+        of C(include/cuda.h), each returning C(CUDA_ERROR_STUB_LIBRARY)) built with C(cc), so
+        the loader takes the driver's C(libcuda.so.1) at run time. A rerun after the driver
+        appears replaces the stub link with the driver link.
+      - A regular file C(stubs/libcuda.so) (a classic toolkit's own stub) is kept.
+    type: bool
+    default: true
+  cc:
+    description: C compiler that builds the stub when no driver is present.
+    type: str
+    default: cc
 author: sglang-lxc
 """
 
@@ -73,7 +90,23 @@ lib_dir:
   description: The library folder used (C(lib) or, for a classic toolkit, C(lib64)).
   type: str
   returned: always
+libcuda:
+  description: What C(stubs/libcuda.so) resolves to (the driver's library, the generated stub,
+    a toolkit's own stub), or empty when C(libcuda_stub) is false.
+  type: str
+  returned: always
 """
+
+# The stub's name beside stubs/libcuda.so; the link says which one is in use.
+STUB_NAME = "libcuda-sglang-lxc-stub.so"
+# Driver API entry points in cuda.h: declarations, versioned aliases (cuMemAlloc -> _v2) and the
+# per-thread variants (__CUDA_API_PTDS(cuMemcpy) -> cuMemcpy_ptds).
+CUDA_H_DECLARED = re.compile(r"\bCUDAAPI\s+(cu[A-Za-z0-9_]+)\s*\(")
+CUDA_H_ALIAS = re.compile(r"^\s*#\s*define\s+cu[A-Za-z0-9_]+\s+(cu[A-Za-z0-9_]+)\s*$", re.M)
+CUDA_H_PER_THREAD = re.compile(r"__CUDA_API_PT(DS|SZ)\((cu[A-Za-z0-9_]+)\)")
+# CUDA_ERROR_STUB_LIBRARY: what NVIDIA's own stub answers if it is ever loaded at run time.
+STUB_ERROR = 34
+LDCONFIG_LIBCUDA = re.compile(r"^\s*libcuda\.so\.1\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$", re.M)
 
 # libcudart.so.13 -> ("libcudart.so", "13"); libnvrtc-builtins.so.13.0 -> (..., "13.0")
 VERSIONED_LIB = re.compile(
@@ -194,6 +227,86 @@ def plan_lib64(plan: Plan, home: str) -> None:
         plan.links.append((lib64, "lib", False))
 
 
+def driver_libcuda(module: AnsibleModule) -> str:
+    """The driver's libcuda.so.1 for this machine's ABI, as the loader knows it (ldconfig -p)."""
+    ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
+    if not ldconfig:
+        return ""
+    rc, out, _ = module.run_command([ldconfig, "-p"])
+    if rc != 0:
+        return ""
+    for flags, path in LDCONFIG_LIBCUDA.findall(out):
+        if ("x86-64" in flags or "AArch64" in flags) and os.path.exists(path):
+            return path
+    return ""
+
+
+def plan_libcuda(plan: Plan, lib_dir: str, driver: str) -> tuple[str, bool]:
+    """Plan stubs/libcuda.so; returns (what it will resolve to, stub must be built)."""
+    stubs = os.path.join(lib_dir, "stubs")
+    dst = os.path.join(stubs, "libcuda.so")
+    stub = os.path.join(stubs, STUB_NAME)
+    if os.path.lexists(dst) and not os.path.islink(dst):
+        plan.kept.append(dst)  # a toolkit's own stub
+        return dst, False
+    current = os.readlink(dst) if os.path.islink(dst) else None
+    target = driver or STUB_NAME
+    if current == target and os.path.exists(dst):
+        plan.kept.append(dst)
+        return (driver or stub), False
+    if current is None and os.path.lexists(dst):
+        plan.errors.append(f"refusing to replace {dst}: not a file or link")
+        return "", False
+    plan.links.append((dst, target, current is not None))
+    return (driver or stub), not driver and not os.path.isfile(stub)
+
+
+def driver_api_names(cuda_h: str) -> list[str]:
+    with open(cuda_h, encoding="utf-8", errors="replace") as handle:
+        text = handle.read()
+    names = set(CUDA_H_DECLARED.findall(text)) | set(CUDA_H_ALIAS.findall(text))
+    names |= {f"{name}_pt{kind.lower()}" for kind, name in CUDA_H_PER_THREAD.findall(text)}
+    return sorted(names)
+
+
+def stub_source(names: list[str]) -> str:
+    lines = [
+        "/* Link-time stand-in for the NVIDIA driver library, SONAME libcuda.so.1, generated",
+        " * from cuda.h. Objects linked with -lcuda record DT_NEEDED libcuda.so.1 and take the",
+        " * driver's real libcuda.so.1 at run time; every entry point here returns",
+        f" * CUDA_ERROR_STUB_LIBRARY ({STUB_ERROR}). */",
+    ]
+    lines += [f"int {name}(void) {{ return {STUB_ERROR}; }}" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def build_stub(module: AnsibleModule, home: str, stubs: str, cc: str) -> None:
+    compiler = module.get_bin_path(cc)
+    if not compiler:
+        module.fail_json(
+            msg=f"no C compiler '{cc}' to build the libcuda.so link-time stub and no driver "
+            "libcuda.so.1 in ldconfig -p: install build-essential (cuda_toolkit_os_packages)"
+        )
+    os.makedirs(stubs, exist_ok=True)
+    cuda_h = os.path.join(home, "include", "cuda.h")
+    if not os.path.isfile(cuda_h):
+        module.fail_json(msg=f"{cuda_h} is missing: cannot list the driver API for the stub")
+    names = driver_api_names(cuda_h)
+    if "cuInit" not in names:
+        module.fail_json(msg=f"{cuda_h} declares no cuInit: not the CUDA driver API header")
+    with tempfile.TemporaryDirectory(dir=stubs) as tmp:
+        source = os.path.join(tmp, "libcuda_stub.c")
+        with open(source, "w", encoding="utf-8") as handle:
+            handle.write(stub_source(names))
+        out = os.path.join(tmp, STUB_NAME)
+        argv = [compiler, "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1"]
+        rc, _, err = module.run_command([*argv, "-o", out, source])
+        if rc != 0:
+            module.fail_json(msg=f"building the libcuda.so stub failed: {err.strip()}")
+        os.chmod(out, 0o755)
+        os.replace(out, os.path.join(stubs, STUB_NAME))
+
+
 def make_link(path: str, target: str) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     if os.path.lexists(tmp):
@@ -213,6 +326,8 @@ def main() -> None:
             },
             "lib64": {"type": "bool", "default": True},
             "unversioned_libs": {"type": "bool", "default": True},
+            "libcuda_stub": {"type": "bool", "default": True},
+            "cc": {"type": "str", "default": "cc"},
         },
         supports_check_mode=True,
     )
@@ -236,13 +351,19 @@ def main() -> None:
         module.fail_json(msg=f"cuda_home {home} has neither lib/ nor lib64/: not a CUDA tree")
     if module.params["unversioned_libs"]:
         plan_libs(plan, lib_dir)
+    libcuda, build = "", False
+    if module.params["libcuda_stub"]:
+        libcuda, build = plan_libcuda(plan, lib_dir, driver_libcuda(module))
 
     if plan.errors:
         module.fail_json(msg="; ".join(plan.errors), errors=plan.errors)
 
     changed = bool(plan.links or plan.removals)
     if changed and not module.check_mode:
+        if build:
+            build_stub(module, home, os.path.join(lib_dir, "stubs"), module.params["cc"])
         for path, target, _ in plan.links:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             make_link(path, target)
         for path in plan.removals:
             os.unlink(path)
@@ -254,6 +375,7 @@ def main() -> None:
         removed=plan.removals,
         kept=plan.kept,
         lib_dir=lib_dir,
+        libcuda=libcuda,
     )
 
 

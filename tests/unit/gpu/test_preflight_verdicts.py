@@ -10,6 +10,7 @@ CHECKS = {
     "compute_capabilities": ["12.0"],
     "cuda_major": 13,
     "uvm_present": True,
+    "libcuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "model_store_path": "/srv/models",
     "model_store_min_free_gib": 600,
     "build": {"jobs": 20, "threads": 1, "gib_per_thread": 4, "reserve_gib": 8},
@@ -43,6 +44,7 @@ def test_rtx_pro_6000_host_passes(fake_proc):
         "compute_capability": "pass",
         "driver": "pass",
         "nvidia_uvm": "pass",
+        "libcuda": "pass",
         "model_store_disk": "pass",
         "build_memory": "pass",
     }
@@ -107,7 +109,7 @@ def test_lab_expects_no_gpu_skips_gpu_checks(fake_proc):
         facts_for("no_driver_library", fake_proc), checks
     )
     gpu = [v for v in verdicts if v["check"] not in ("model_store_disk", "build_memory")]
-    assert len(gpu) == 5
+    assert len(gpu) == 6
     assert all(v["status"] == "skip" and v["detail"].startswith("no GPU") for v in gpu)
     assert gpu_preflight.gpu_preflight_failed(verdicts) == []
 
@@ -173,8 +175,34 @@ def test_summary(fake_proc):
     lab = gpu_preflight.gpu_preflight_verdicts(
         facts_for("no_driver_library", fake_proc), {**CHECKS, "expected_count": 0}
     )
-    assert gpu_preflight.gpu_preflight_summary(lab) == "2 pass, 5 skip (no GPU)"
+    assert gpu_preflight.gpu_preflight_summary(lab) == "2 pass, 6 skip (no GPU)"
     h200 = gpu_preflight.gpu_preflight_verdicts(facts_for("h200_idle", fake_proc), CHECKS)
     assert gpu_preflight.gpu_preflight_summary(h200) == (
-        "3 fail (gpu_count, compute_capability, driver), 4 pass"
+        "3 fail (gpu_count, compute_capability, driver), 5 pass"
     )
+
+
+def test_missing_libcuda_names_the_driver_fix(fake_proc):
+    """NVML answers (the host's driver) but the container's loader has no libcuda.so.1."""
+    trainer_tree(fake_proc)
+    facts = facts_for("rtx_pro_6000_x8_training", fake_proc)
+    verdicts = by_check(gpu_preflight.gpu_preflight_verdicts(facts, {**CHECKS, "libcuda": ""}))
+    libcuda = verdicts["libcuda"]
+    assert libcuda["status"] == "fail"
+    assert "ldconfig -p" in libcuda["detail"] and "Triton" in libcuda["detail"]
+    assert "--no-kernel-module" in libcuda["fix"]
+    assert "/etc/ld.so.conf.d/" in libcuda["fix"]
+    assert "lib64/stubs/libcuda.so" in libcuda["fix"]
+    assert [v["check"] for v in gpu_preflight.gpu_preflight_failed(list(verdicts.values()))] == [
+        "libcuda"
+    ]
+
+
+def test_libcuda_not_probed_is_skipped(fake_proc):
+    checks = {k: v for k, v in CHECKS.items() if k != "libcuda"}
+    verdicts = by_check(
+        gpu_preflight.gpu_preflight_verdicts(
+            facts_for("rtx_pro_6000_x8_training", fake_proc), checks
+        )
+    )
+    assert verdicts["libcuda"]["status"] == "skip"

@@ -176,3 +176,20 @@ def test_loopback_detection():
     assert serve_filter.is_loopback("localhost")
     assert not serve_filter.is_loopback("0.0.0.0")
     assert not serve_filter.is_loopback("10.0.3.250")
+
+
+def test_jit_caches_are_per_cuda_version_and_shared_by_every_instance():
+    instances = expand(settings(cuda_version="13.0"), 8)
+    for instance in instances:
+        env = instance["env"]
+        assert env["FLASHINFER_WORKSPACE_BASE"] == "/var/cache/sglang/cuda-13.0"
+        assert env["TRITON_CACHE_DIR"] == "/var/cache/sglang/cuda-13.0/triton"
+        assert env["TORCH_EXTENSIONS_DIR"] == "/var/cache/sglang/cuda-13.0/torch_extensions"
+        assert env["HF_HOME"] == "/var/cache/sglang/huggingface"  # not tied to CUDA
+    other = expand(settings(cuda_version="12.9"), 1)[0]["env"]
+    assert other["TRITON_CACHE_DIR"] == "/var/cache/sglang/cuda-12.9/triton"
+
+
+def test_cuda_version_must_be_major_minor():
+    with pytest.raises(serve_filter.ServeConfigError, match="sglang_serve_cuda_version"):
+        expand(settings(cuda_version="13"), 1)

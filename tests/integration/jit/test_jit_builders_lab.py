@@ -1,0 +1,270 @@
+"""SGLang's own JIT builders in a provisioned lab container (no GPU, no route to package indexes).
+
+One container per run (vmid 270): the toolchain play (role cuda_toolkit), then the *builders*
+subset of the sglang lock (torch, its NVIDIA libraries, triton, flashinfer-python, sglang and what
+``sglang.srt.server_args`` imports) at the lock's exact pins, installed into the serving venv path
+through the wheelhouse role. The wheels come from the controller wheelhouse (the same key as the
+full stack, so a full-stack install reuses them), which is bind-mounted read-only at the role's
+target folder: the wheelhouse role finds every wheel present and copies nothing.
+
+Then the real builders: torch ``cpp_extension`` (cub, ``cuda::std``, ``-lcudart``, arch 12.0),
+flashinfer's JIT (``JitSpec.build`` of its activation kernel for SM120), Triton ahead of time for
+``sm_120`` and Triton's own launcher build, and SGLang's ``ServerArgs`` on every command line
+``roles/sglang_serve`` generates from the lab and example inventories. Figures go to
+``artifacts/jit-builders-lab.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.lablib import REPO, lab_root, pct
+from tests.loaders import load_file
+
+pytestmark = pytest.mark.lab
+
+VMID = 270
+# 10.0.3.270 is no address: the jit range 270-279 uses 10.0.3.170-179 (docs/CONVENTIONS.md).
+ADDRESS = "10.0.3.170"
+VENV = "/opt/sglang/venv"  # inventory/lab/group_vars/all/paths.yml sglang_lxc_venv
+ENV_FILE = "/etc/sglang/cuda.env"
+CACHE = "/var/cache/sglang"
+LOCK = REPO / "roles/sglang/files/locks/sglang-0.5.12.txt"
+KEY = "sglang-0.5.12"  # the sglang role's wheelhouse key: one download serves both sets
+TARGET_WHEELS = f"/var/cache/sglang-lxc/wheelhouse/{KEY}"
+SCRIPT = Path(__file__).parent / "scripts" / "builders.py"
+# Wheels of the lock that none of the builders loads: prebuilt kernels (flashinfer-cubin,
+# sglang-kernel, which also needs the driver to import), media and data libraries, other
+# compilers. Everything else of the lock is installed, at its pin, with --no-deps.
+NOT_FOR_BUILDERS = {
+    "flashinfer-cubin",
+    "sglang-kernel",
+    "tokenspeed-triton",
+    "pyarrow",
+    "tilelang",
+    "z3-solver",
+    "torchaudio",
+    "torchcodec",
+}
+
+FIGURES: dict[str, object] = {}
+NO_ACCELERATOR = "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) is available."
+
+
+def lock_pins() -> list[str]:
+    pins = []
+    for line in LOCK.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            pins.append(line)
+    return pins
+
+
+def builders_pins() -> list[str]:
+    def name(pin: str) -> str:
+        return re.sub(r"[-_.]+", "-", pin.split("==")[0]).lower()
+
+    return [p for p in lock_pins() if name(p) not in NOT_FOR_BUILDERS]
+
+
+def controller_wheelhouse() -> Path:
+    return Path.home() / ".cache" / "sglang-lxc" / "wheelhouse"
+
+
+def sh(ct, command: str, check: bool = True):
+    proc = ct.exec("bash", "-c", command, check=False)
+    if check:
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def builder(ct, *args: str, user: str = "root", env: str = "") -> dict:
+    """Run scripts/builders.py in the container with the service environment."""
+    command = (
+        f"set -a; . {ENV_FILE}; {env} set +a; cd /tmp; "
+        f"{VENV}/bin/python /opt/jit-test/builders.py {shlex.join(args)}"
+    )
+    if user != "root":
+        command = f"runuser -u {user} -- bash -c {shlex.quote(command)}"
+    proc = sh(ct, command)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def ct(lab_container):
+    """One provisioned container with the toolchain and the builders venv, for the module."""
+    wheelhouse = controller_wheelhouse()
+    (wheelhouse / KEY).mkdir(parents=True, exist_ok=True)
+    data = lab_root() / "data" / f"ct{VMID}"
+    container = lab_container(
+        VMID,
+        ip=f"{ADDRESS}/24",
+        mounts=[
+            {"host_path": str(data / "models"), "path": "/srv/models"},
+            {"host_path": str(data / "cache"), "path": CACHE},
+            {"host_path": str(wheelhouse / KEY), "path": TARGET_WHEELS, "read_only": True},
+        ],
+    )
+    extra = {"sglang_lxc_wheelhouse": str(wheelhouse)}
+    start = time.monotonic()
+    result = container.run_playbook("playbooks/toolchain.yml", extra_vars=extra)
+    assert result.rc == 0, str(result)
+    FIGURES["toolchain_seconds"] = round(time.monotonic() - start, 1)
+
+    pins = builders_pins()
+    start = time.monotonic()
+    result = container.run_playbook(
+        "tests/integration/jit/playbooks/builders.yml",
+        extra_vars={**extra, "jit_builders_pins": pins, "jit_builders_key": KEY},
+    )
+    assert result.rc == 0, str(result)
+    FIGURES["builders_install_seconds"] = round(time.monotonic() - start, 1)
+    FIGURES["builders_wheels"] = len(pins)
+    files = {p.name: p.stat().st_size for p in (wheelhouse / KEY).glob("*.whl")}
+    # the set's manifest: the one naming exactly as many wheels as there are pins
+    manifests = [json.loads(p.read_text()) for p in (wheelhouse / KEY / ".sets").glob("*.json")]
+    names = next((m["files"] for m in manifests if len(m["files"]) == len(pins)), [])
+    FIGURES["builders_wheel_bytes"] = sum(files.get(n, 0) for n in names)
+    FIGURES["venv_bytes"] = int(sh(container, f"du -sb {VENV} | cut -f1").stdout.split()[0])
+    sh(container, "mkdir -p /opt/jit-test")
+    pct("push", str(VMID), str(SCRIPT), "/opt/jit-test/builders.py")
+    yield container
+    out = REPO / "artifacts" / "jit-builders-lab.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(FIGURES, indent=2) + "\n")
+    print(f"\njit builders lab figures: {json.dumps(FIGURES)}")
+
+
+def test_builders_pins_are_the_lock_pins():
+    lock = set(lock_pins())
+    pins = builders_pins()
+    assert set(pins) <= lock
+    names = {p.split("==")[0].lower() for p in pins}
+    assert {"torch", "triton", "flashinfer-python", "sglang", "nvidia-cuda-runtime"} <= names
+
+
+def test_torch_cpp_extension_builds_for_sm120(ct):
+    out = builder(ct, "torch-ext", "/tmp/torch-ext")
+    FIGURES["torch_extension_seconds"] = out["seconds"]
+    assert out["has_block_sum"]
+    gencodes = set(re.findall(r"-gencode=arch=compute_(\d+),code=sm_(\d+)", out["ninja"]))
+    assert gencodes == {("120", "120")}, gencodes
+    assert "-lcudart" in out["ninja"]
+    needed = sh(ct, f"readelf -d {out['module']}").stdout
+    assert "libcudart.so.13" in needed
+
+
+def test_flashinfer_jit_builds_its_kernel_for_sm120(ct):
+    out = builder(ct, "flashinfer", env=f"FLASHINFER_WORKSPACE_BASE={CACHE}/root-check;")
+    FIGURES["flashinfer_jit_seconds"] = out["seconds"]
+    assert re.search(r"compute_120f?,code=sm_120f?", out["ninja"]), out["ninja"][-2000:]
+    assert "lib64/stubs" in out["ninja"] and "-lcuda" in out["ninja"]
+    assert out["workspace"].endswith(("/120", "/120f")), out["workspace"]
+    needed = sh(ct, f"readelf -d {out['library']}").stdout
+    assert "[libcudart.so.13]" in needed  # linked with -lcudart -lcuda (-lcuda: lib64/stubs)
+
+
+def test_triton_compiles_ahead_of_time_for_sm120(ct):
+    out = builder(ct, "triton-aot")
+    FIGURES["triton_aot_seconds"] = out["seconds"]
+    assert out["triton"] == "3.6.0"
+    assert out["ptx_target"].startswith("sm_120"), out
+    assert out["cubin_bytes"] > 0
+
+
+def test_triton_launcher_builds_with_python_h_cc_and_libcuda(ct):
+    out = builder(ct, "triton-launcher", "/tmp/triton-launcher")
+    FIGURES["triton_launcher_seconds"] = out["seconds"]
+    assert out["python_h"]
+    assert out["libcuda_from"] in ("ldconfig -p", "stub")
+    needed = sh(ct, f"readelf -d {out['so']}").stdout
+    assert "[libcuda.so.1]" in needed
+
+
+def serve_settings(inventory: str) -> dict:
+    """The role's defaults overlaid with an inventory's sglang_serve_* values (no templating)."""
+    defaults = yaml.safe_load((REPO / "roles/sglang_serve/defaults/main.yml").read_text())
+    inventory_file = REPO / f"inventory/{inventory}/group_vars/sglang_servers/serve.yml"
+    values = yaml.safe_load(inventory_file.read_text())
+    merged = {**defaults, **values}
+    settings = {}
+    for key, value in merged.items():
+        if not key.startswith("sglang_serve_") or (isinstance(value, str) and "{{" in value):
+            continue
+        settings[key.removeprefix("sglang_serve_")] = value
+    return settings
+
+
+def generated_command_lines() -> list[list[str]]:
+    serve = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py")
+    lines = []
+    for inventory, gpus in (("lab", 1), ("example", 8)):
+        for has_key in (False, True):
+            for instance in serve.sglang_serve_instances(serve_settings(inventory), gpus, has_key):
+                if instance["argv"] not in lines:
+                    lines.append(instance["argv"])
+    return lines
+
+
+def test_sglang_server_args_accept_every_generated_command_line(ct, tmp_path):
+    lines = generated_command_lines()
+    assert len(lines) >= 2
+    local = tmp_path / "argv.json"
+    local.write_text(json.dumps(lines))
+    pct("push", str(VMID), str(local), "/opt/jit-test/argv.json")
+    start = time.monotonic()
+    out = builder(ct, "server-args", "/opt/jit-test/argv.json")
+    FIGURES["server_args_seconds"] = round(time.monotonic() - start, 1)
+    FIGURES["server_args_lines"] = len(lines)
+    FIGURES["server_args_from_cli_args"] = [r.get("from_cli_args") for r in out["results"]]
+    for entry in out["results"]:
+        assert entry["parsed"], entry
+        assert entry["port"] == int(entry["argv"][entry["argv"].index("--port") + 1])
+        # from_cli_args runs ServerArgs.__post_init__, which asks torch for a device first: in a
+        # container without a GPU that, and only that, may stop it
+        if not entry["from_cli_args"]:
+            assert entry["error"] == NO_ACCELERATOR, entry
+
+
+def test_second_instance_reuses_the_warmed_jit_cache(ct):
+    """The role's warm-up builds into the cache every instance's environment points at; a second
+    process of the service user (the next instance) finds the module built and compiles nothing."""
+    serve = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py")
+    settings = {**serve_settings("lab"), "cache_dir": CACHE, "cuda_version": "13.0"}
+    first, second = serve.sglang_serve_instances(settings, 2)
+    assert first["env"]["FLASHINFER_WORKSPACE_BASE"] == second["env"]["FLASHINFER_WORKSPACE_BASE"]
+    warmup = REPO / "roles/sglang_serve/files/sglang-jit-warmup.py"
+    pct("push", str(VMID), str(warmup), "/opt/jit-test/sglang-jit-warmup.py")
+    sh(ct, "id sglang >/dev/null 2>&1 || useradd --system --no-create-home sglang")
+    sh(ct, f"chown sglang {CACHE}")
+
+    def run(instance) -> dict:
+        env = {**instance["env"], "FLASHINFER_CUDA_ARCH_LIST": "12.0"}
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        command = (
+            f"cd /tmp && runuser -u sglang -- env {assignments} {VENV}/bin/python "
+            f"/opt/jit-test/sglang-jit-warmup.py --env-file {ENV_FILE} --modules activation"
+        )
+        return json.loads(sh(ct, command).stdout.strip().splitlines()[-1])
+
+    built = run(first)
+    assert built["workspace"].startswith(f"{CACHE}/cuda-13.0/.cache/flashinfer/"), built
+    assert built["workspace"].endswith(("/120", "/120f")), built
+    [module] = built["modules"]
+    assert module["built"], built
+    mtime = sh(ct, f"stat -c %Y.%Z {module['library']}").stdout.strip()
+    owner = sh(ct, f"stat -c %U {module['library']}").stdout.strip()
+    assert owner == "sglang"
+    reused = run(second)
+    [again] = reused["modules"]
+    assert again["name"] == module["name"] and not again["built"], reused
+    assert sh(ct, f"stat -c %Y.%Z {module['library']}").stdout.strip() == mtime
+    FIGURES["warmup_first_seconds"] = module["seconds"]
+    FIGURES["warmup_second_seconds"] = again["seconds"]
