@@ -129,11 +129,27 @@ class Lock:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def holder(self) -> str:
+        """Who holds the lock: the pid from /proc/locks and its command line."""
+        inode = os.fstat(self.fd).st_ino
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                return fh.read().strip() or "unknown"
+            with open("/proc/locks", encoding="ascii") as fh:
+                lines = fh.read().splitlines()
         except OSError:
-            return "unknown"
+            lines = []
+        for line in lines:
+            parts = line.split()
+            if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+                continue
+            if parts[5].rsplit(":", 1)[-1] != str(inode):
+                continue
+            pid = parts[4]
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                cmd = "?"
+            return f"held by pid {pid}: {cmd[:200]}"
+        return "holder unknown"
 
     def acquire(self, wait: int) -> float:
         start = time.monotonic()

@@ -11,11 +11,13 @@ before the fault still imports (it is current, or kept as `previous`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -51,8 +53,9 @@ def sh(ct, command: str, check: bool = True) -> str:
 
 
 def venv_versions(ct, venv: str = VENV) -> dict[str, str]:
-    out = sh(ct, f"{venv}/bin/python -c 'import json, idna, six, nest_asyncio, importlib.metadata as m; "
-                 "print(json.dumps({d: m.version(d) for d in (\"idna\", \"sglang\", \"six\")}))'")
+    code = ("import json, idna, six, nest_asyncio, importlib.metadata as m; "
+            "print(json.dumps({d: m.version(d) for d in (\"idna\", \"sglang\", \"six\")}))")
+    out = sh(ct, f"{venv}/bin/python -c '{code}'")
     return json.loads(out)
 
 
@@ -74,7 +77,8 @@ def ct(lab_container, controller_wheelhouse):
             VMID,
             ip=f"{ADDRESS}/24",
             mounts=[
-                {"host_path": str(lab_root() / "data" / f"ct{VMID}" / "models"), "path": "/srv/models"},
+                {"host_path": str(lab_root() / "data" / f"ct{VMID}" / "models"),
+                 "path": "/srv/models"},
                 {"host_path": str(host_dir), "path": PREFIX},
             ],
         )
@@ -92,10 +96,8 @@ def ct(lab_container, controller_wheelhouse):
         subprocess.run([str(REPO / "tests/standins/pct"), "stop", str(VMID)],
                        capture_output=True, env=lab_env(), check=False)
         subprocess.run(["umount", str(host_dir)], capture_output=True, check=False)
-        try:
+        with contextlib.suppress(OSError):
             host_dir.rmdir()
-        except OSError:
-            pass
 
 
 def converge(ct, version: str = "0.1.4", **extra):
@@ -120,22 +122,54 @@ def pins_version(pins: dict[str, str], name: str) -> str:
     return next(p.split("==")[1] for p in pins if p.startswith(name + "=="))
 
 
-def start_playbook(ct, extra_vars: dict) -> subprocess.Popen:
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
-           "--limit", ct.name, "-e", json.dumps(extra_vars)]
-    return subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+class Run:
+    """ansible-playbook in the background (its own session), its output read by a thread."""
+
+    def __init__(self, ct, extra_vars: dict):
+        cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
+               "--limit", ct.name, "-e", json.dumps(extra_vars)]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def install_task_started(self) -> bool:
+        return "Install the stack aside and switch" in self.output
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return rc
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.wait(30)
 
 
-def hold_lock(ct, seconds: int) -> None:
-    """An install left running by a dead controller, as the target sees it: a process holding
-    the per-target lock."""
-    sh(ct, f"mkdir -p {PREFIX} && (setsid flock {LOCK} sleep {seconds} >/dev/null 2>&1 &) ; sleep 0.5")
+def hold_lock(ct, seconds: int = 600) -> None:
+    """An install left running by a dead controller, as the target sees it: a process group
+    holding the per-target lock (flock(2), as the module takes it)."""
+    sh(ct, f"mkdir -p {PREFIX} && setsid flock {LOCK} sleep {seconds} >/dev/null 2>&1 </dev/null "
+           "& echo $! > /tmp/lock-holder.pid; sleep 0.5")
+
+
+def release_lock(ct) -> None:
+    sh(ct, "kill -9 -- -$(cat /tmp/lock-holder.pid)", check=False)
 
 
 def drop_previous(ct) -> None:
     """Remove the release kept for rollback, so that the next switch to it installs afresh."""
-    sh(ct, f"p=$(readlink -f {RELEASES}/previous) && [ -n \"$p\" ] && rm -rf \"$p\"; rm -f {RELEASES}/previous")
+    sh(ct, f"p=$(readlink -f {RELEASES}/previous) && [ -n \"$p\" ] && rm -rf \"$p\"; "
+           f"rm -f {RELEASES}/previous")
 
 
 def wait_for(predicate, timeout: float, step: float = 0.5) -> bool:
@@ -181,17 +215,22 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
 
 def test_a_held_install_lock_is_waited_for_or_reported(ct):
     old = sh(ct, f"readlink -f {VENV}")
-    hold_lock(ct, 25)
-    start = time.monotonic()
+    hold_lock(ct)
     result = converge(ct, "0.1.5", sglang_stack_lock_wait=3)
     assert result.rc != 0, str(result)
     assert f"still holds {LOCK}" in result.output, str(result)
+    assert "held by pid " in result.output and "sleep 600" in result.output  # the holder
     assert sh(ct, f"readlink -f {VENV}") == old  # nothing switched
-    result = converge(ct, "0.1.5", sglang_stack_lock_wait=120)
-    waited = time.monotonic() - start
-    print(f"install waited for the held lock: {waited:.1f} s in all")
-    assert result.rc == 0, str(result)
-    assert waited >= 20  # it waited for the holder instead of overlapping it
+    run = Run(ct, ct.drill_vars("0.1.5", sglang_stack_lock_wait=300))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
+    time.sleep(8)
+    assert run.proc.poll() is None  # it waits for the holder instead of overlapping it
+    assert sh(ct, f"readlink -f {VENV}") == old
+    released = time.monotonic()
+    release_lock(ct)
+    rc = run.wait(300)
+    print(f"lock drill: the install ended {time.monotonic() - released:.1f} s after the release")
+    assert rc == 0, run.output[-3000:]
     assert venv_versions(ct)["sglang"] == "0.1.5"
     assert sh(ct, f"readlink -f {RELEASES}/previous") == old
     assert_recovers(ct, "0.1.5", old_venv=f"{RELEASES}/previous")
@@ -205,22 +244,24 @@ def test_kill_9_of_pip_and_the_controller_mid_install(ct):
     # while the controller's ansible-playbook is killed too.
     watcher = (
         f"for i in $(seq 1 3000); do "
-        f"  if ls -d {RELEASES}/{target}-*/lib/python3*/site-packages/*.dist-info >/dev/null 2>&1; then "
+        f"  if ls -d {RELEASES}/{target}-*/lib/python3*/site-packages/*.dist-info 2>/dev/null "
+        f"     | grep -qE '/(idna|six|nest_asyncio|packaging|sglang)-'; then "
         f"    pid=$(pgrep -f 'pip install --no-index' | head -n1); "
-        f"    [ -n \"$pid\" ] && {{ ppid=$(ps -o ppid= -p $pid); kill -9 $pid $ppid; echo killed; exit 0; }}; "
+        f"    [ -n \"$pid\" ] && {{ ppid=$(ps -o ppid= -p $pid); kill -9 $pid $ppid; "
+        f"      echo killed; exit 0; }}; "
         f"  fi; sleep 0.01; done; echo missed"
     )
     ct.exec("sh", "-c", f"setsid sh -c '{watcher}' > /tmp/watcher.log 2>&1 < /dev/null &")
     start = time.monotonic()
-    proc = start_playbook(ct, ct.drill_vars(target))
+    run = Run(ct, ct.drill_vars(target))
     assert wait_for(lambda: sh(ct, "cat /tmp/watcher.log", check=False) != "", 120, 0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    run.kill()
     print(f"kill -9 drill: killed after {time.monotonic() - start:.1f} s")
     assert sh(ct, "cat /tmp/watcher.log") == "killed"
     assert sh(ct, f"readlink -f {VENV}") == old  # the half-installed release is not current
     half = sh(ct, f"ls -d {RELEASES}/{target}-*")
-    assert sh(ct, f"test -e {half}/.sglang-lxc-release.json && echo marked || echo unmarked") == "unmarked"
+    marked = sh(ct, f"test -e {half}/.sglang-lxc-release.json && echo marked || echo unmarked")
+    assert marked == "unmarked"
     result = converge(ct, target)
     assert result.rc == 0, str(result)
     assert "removed the half-installed release" in result.output
@@ -229,37 +270,21 @@ def test_kill_9_of_pip_and_the_controller_mid_install(ct):
 
 def test_reboot_mid_role_is_unreachable_within_a_minute(ct):
     old = sh(ct, f"readlink -f {VENV}")
-    hold_lock(ct, 600)  # the install task blocks on the lock: a long task in flight
-    proc = start_playbook(ct, ct.drill_vars("0.1.5", sglang_stack_lock_wait=600))
-    assert wait_for(lambda: _task_started(proc), 180, 1)
+    hold_lock(ct)  # the install task blocks on the lock: a long task in flight
+    run = Run(ct, ct.drill_vars("0.1.5", sglang_stack_lock_wait=600))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
     time.sleep(3)
     rebooted = time.monotonic()
     subprocess.run([str(REPO / "tests/standins/pct"), "reboot", str(VMID)], env=lab_env(),
                    capture_output=True, check=True, timeout=120)
-    out, _ = proc.communicate(timeout=300)
+    rc = run.wait(300)
+    out = run.output
     unreachable_after = time.monotonic() - rebooted
-    print(f"reboot drill: run ended {unreachable_after:.1f} s after pct reboot, rc={proc.returncode}")
+    print(f"reboot drill: ended {unreachable_after:.1f} s after pct reboot, rc {rc}")
     assert "UNREACHABLE" in out or "unreachable=1" in out, out[-3000:]
     assert unreachable_after < 120, out[-3000:]
     assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
     assert_recovers(ct, "0.1.5", old_venv=old)
-
-
-_OUTPUT: dict[int, str] = {}
-
-
-def _task_started(proc: subprocess.Popen) -> bool:
-    """Read the playbook's output so far (non-blocking) and say whether the install task began."""
-    import fcntl as _fcntl
-
-    fd = proc.stdout.fileno()
-    _fcntl.fcntl(fd, _fcntl.F_SETFL, _fcntl.fcntl(fd, _fcntl.F_GETFL) | os.O_NONBLOCK)
-    try:
-        chunk = proc.stdout.read() or ""
-    except (BlockingIOError, TypeError):
-        chunk = ""
-    _OUTPUT[proc.pid] = _OUTPUT.get(proc.pid, "") + chunk
-    return "Install the stack aside and switch" in _OUTPUT[proc.pid]
 
 
 def test_disk_full_mid_upgrade_names_the_filesystem(ct):
@@ -268,7 +293,8 @@ def test_disk_full_mid_upgrade_names_the_filesystem(ct):
     before = venv_versions(ct)
     target = "0.1.4" if before["sglang"] == "0.1.5" else "0.1.5"
     # leave 12 MiB: the free-space check (64 MiB for a venv with pip) refuses before any change
-    sh(ct, f"fallocate -l $(( $(df --output=avail -B1 {PREFIX} | tail -n1) - 12*1024*1024 )) {PREFIX}/filler")
+    avail = f"$(df --output=avail -B1 {PREFIX} | tail -n1)"
+    sh(ct, f"fallocate -l $(( {avail} - 12*1024*1024 )) {PREFIX}/filler")
     result = converge(ct, target)
     assert result.rc != 0, str(result)
     assert f"no space left on {PREFIX} (" in result.output, str(result)
@@ -296,14 +322,16 @@ def test_network_cut_during_a_task_is_survived(ct):
         veth = next((ln.split()[-1] for ln in info.splitlines() if ln.startswith("Link:")), "")
     assert veth, "no host veth for the container"
     target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
-    hold_lock(ct, 40)
-    proc = start_playbook(ct, ct.drill_vars(target, sglang_stack_lock_wait=120))
-    assert wait_for(lambda: _task_started(proc), 180, 1)
+    hold_lock(ct)
+    run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=300))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
     subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    time.sleep(25)
-    subprocess.run(["ip", "link", "set", veth, "up"], check=True)
-    out, _ = proc.communicate(timeout=300)
-    out = _OUTPUT.get(proc.pid, "") + out
-    assert proc.returncode == 0, out[-3000:]
+    try:
+        time.sleep(25)  # shorter than the keep-alive's 60 s: the connection must survive it
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+    release_lock(ct)
+    rc = run.wait(300)
+    assert rc == 0, run.output[-3000:]
     assert venv_versions(ct)["sglang"] == target
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
