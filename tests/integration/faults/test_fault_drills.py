@@ -163,7 +163,7 @@ def hold_lock(ct, seconds: int = 600) -> None:
 
 
 def release_lock(ct) -> None:
-    sh(ct, "kill -9 -- -$(cat /tmp/lock-holder.pid)", check=False)
+    sh(ct, "kill -9 -$(cat /tmp/lock-holder.pid)")  # the group: flock and its sleep
 
 
 def drop_previous(ct) -> None:
