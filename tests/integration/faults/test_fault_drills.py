@@ -243,7 +243,7 @@ def test_kill_9_of_pip_and_the_controller_mid_install(ct):
     # Kill pip (and its parent, the module) as soon as it has unpacked its first package,
     # while the controller's ansible-playbook is killed too.
     watcher = (
-        f"for i in $(seq 1 3000); do "
+        f"for i in $(seq 1 30000); do "
         f"  if ls -d {RELEASES}/{target}-*/lib/python3*/site-packages/*.dist-info 2>/dev/null "
         f"     | grep -qE '/(idna|six|nest_asyncio|packaging|sglang)-'; then "
         f"    pid=$(pgrep -f 'pip install --no-index' | head -n1); "
@@ -251,10 +251,12 @@ def test_kill_9_of_pip_and_the_controller_mid_install(ct):
         f"      echo killed; exit 0; }}; "
         f"  fi; sleep 0.01; done; echo missed"
     )
-    ct.exec("sh", "-c", f"setsid sh -c '{watcher}' > /tmp/watcher.log 2>&1 < /dev/null &")
+    ct.exec("sh", "-c", f"cat > /tmp/watcher.sh <<'EOF'\n{watcher}\nEOF\n")
+    ct.exec("sh", "-c", "rm -f /tmp/watcher.log; setsid sh /tmp/watcher.sh > /tmp/watcher.log 2>&1 "
+            "< /dev/null &")
     start = time.monotonic()
     run = Run(ct, ct.drill_vars(target))
-    assert wait_for(lambda: sh(ct, "cat /tmp/watcher.log", check=False) != "", 120, 0.2)
+    assert wait_for(lambda: sh(ct, "cat /tmp/watcher.log", check=False) != "", 300, 0.5)
     run.kill()
     print(f"kill -9 drill: killed after {time.monotonic() - start:.1f} s")
     assert sh(ct, "cat /tmp/watcher.log") == "killed"
