@@ -78,6 +78,8 @@ elapsed_s:
 
 
 MARKER = ".sglang-lxc-release.json"
+# Free bytes under which a failed install is reported as a full filesystem.
+FULL_BELOW = 16 * 1024 * 1024
 PREVIOUS = "previous"
 
 VERIFY_CODE = r"""
@@ -204,7 +206,10 @@ def classify(out: str, rc: int, timed_out: bool, ctx: dict) -> str:
         return (f"the stack install into {where} did not finish within {ctx['timeout']} s "
                 f"(sglang_stack_install_timeout) and was stopped; the current venv is unchanged. "
                 f"Last output: {tail}")
-    if "No space left on device" in out or "[Errno 28]" in out:
+    # venv hides ensurepip's own output, so a full filesystem is also read from its free space
+    # at the moment of the failure
+    full = ctx.get("free_at_failure", 1 << 62) < FULL_BELOW
+    if full or "No space left on device" in out or "[Errno 28]" in out:
         free = human(free_bytes(ctx["releases_dir"]))
         return (f"no space left on {ctx['mount']} ({free} free now, about {human(ctx['need'])} "
                 f"needed) while installing the stack into {where}; the half-installed release was "
@@ -299,6 +304,7 @@ def main() -> None:
             argv += (["--require-hashes"] if p["require_hashes"] else []) + p["install_args"]
             rc, out, timed_out = run(argv, p["timeout"], lock.fd)
         if rc != 0:
+            ctx["free_at_failure"] = free_bytes(releases)
             msg = classify(out, rc, timed_out, ctx)
             remove_tree(release_dir)
             module.fail_json(msg=msg, rc=rc, stdout=out[-4000:], **result)

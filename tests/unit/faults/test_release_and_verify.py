@@ -133,3 +133,11 @@ def test_timeout_message_names_the_variable(tmp_path):
     ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/", "need": 0,
            "timeout": 5, "wheel_dir": "/w"}
     assert "sglang_stack_install_timeout" in release.classify("", -9, True, ctx)
+
+
+def test_a_failure_on_a_full_filesystem_says_so_without_errno_28(tmp_path):
+    """python -m venv hides ensurepip's output: the free space at the failure tells."""
+    ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/opt/sglang", "need": 0,
+           "timeout": 5, "wheel_dir": "/w", "free_at_failure": 4096}
+    out = "Error: Command '[..., 'ensurepip', '--upgrade']' returned non-zero exit status 1."
+    assert release.classify(out, 1, False, ctx).startswith("no space left on /opt/sglang (")
