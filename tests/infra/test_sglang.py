@@ -45,6 +45,14 @@ def test_venv_python_runs(host, venv):
     assert py(host, venv, "import sys; print(sys.prefix)").stdout.strip() == venv
 
 
+def test_venv_is_a_complete_release(host, venv):
+    """The venv path is a link to a release venv that was verified and marked complete."""
+    if not host.file(venv).is_symlink:
+        pytest.skip("the venv is a folder (made by the build tools alone, or an earlier layout)")
+    assert host.file(f"{venv}/.sglang-lxc-release.json").is_file
+    assert host.file(f"{venv}/bin/python").exists
+
+
 def test_locked_stack_imports(host, venv):
     if installed(host, venv, "sglang") is None:
         pytest.skip("sglang is not installed in this venv (stack disabled)")

@@ -1,0 +1,345 @@
+"""Fault drills on a real lab container: the stack install of role `sglang` under faults.
+
+A small lock (tests/integration/faults/locks: five small pure-Python wheels, pinned with their
+sha256) goes through the same roles and play as the real stack (playbooks/sglang.yml), selected by
+variables only. /opt/sglang (venv parent: releases, the venv link, the install lock) is a 96 MiB
+tmpfs on the host, bind-mounted into the container, so the disk can be filled for real.
+
+After each fault: a rerun converges, a second rerun reports changed=0, and the venv that served
+before the fault still imports (it is current, or kept as `previous`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.lablib import REPO, VENV_BIN, lab_env, lab_root
+
+pytestmark = pytest.mark.lab
+
+VMID = 285
+# 10.0.3.<vmid> does not exist above 255: this suite's range (285-299) uses .<vmid - 100>.
+ADDRESS = f"10.0.3.{VMID - 100}"
+LOCKS = REPO / "tests" / "integration" / "faults" / "locks"
+PLAYBOOK = "playbooks/sglang.yml"
+PREFIX = "/opt/sglang"
+VENV = f"{PREFIX}/venv"
+RELEASES = f"{PREFIX}/venvs"
+LOCK = f"{PREFIX}/.sglang-lxc-install.lock"
+TMPFS_MB = 96
+
+
+def lock_pins(version: str) -> dict[str, str]:
+    pins = {}
+    for line in (LOCKS / f"sglang-{version}.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            pin, _, digest = line.partition("# sha256:")
+            pins[pin.strip()] = digest.strip()
+    return pins
+
+
+def sh(ct, command: str, check: bool = True) -> str:
+    return ct.exec("sh", "-c", command, check=check).stdout.strip()
+
+
+def venv_versions(ct, venv: str = VENV) -> dict[str, str]:
+    code = ("import json, idna, six, nest_asyncio, importlib.metadata as m; "
+            "print(json.dumps({d: m.version(d) for d in (\"idna\", \"sglang\", \"six\")}))")
+    out = sh(ct, f"{venv}/bin/python -c '{code}'")
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def controller_wheelhouse(tmp_path_factory) -> Path:
+    """A wheelhouse of this suite's own, so that corrupting it touches no shared set."""
+    return tmp_path_factory.mktemp("faults-wheelhouse")
+
+
+@pytest.fixture(scope="module")
+def ct(lab_container, controller_wheelhouse):
+    host_dir = lab_root() / "data" / f"ct{VMID}-opt"
+    subprocess.run(["umount", str(host_dir)], capture_output=True, check=False)
+    host_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_MB}m", "tmpfs", str(host_dir)],
+                   check=True)
+    try:
+        ct = lab_container(
+            VMID,
+            ip=f"{ADDRESS}/24",
+            mounts=[
+                {"host_path": str(lab_root() / "data" / f"ct{VMID}" / "models"),
+                 "path": "/srv/models"},
+                {"host_path": str(host_dir), "path": PREFIX},
+            ],
+        )
+        ct.drill_vars = lambda version="0.1.4", **extra: {
+            "sglang_lock_dir": str(LOCKS),
+            "sglang_version": version,
+            "sglang_wheelhouse_dir": str(controller_wheelhouse),
+            "sglang_download_extra_args": ["--no-deps"],
+            "sglang_stack_verify_imports": ["idna", "six", "nest_asyncio"],
+            "sglang_kernel_from_source": False,
+            **extra,
+        }
+        yield ct
+    finally:
+        subprocess.run([str(REPO / "tests/standins/pct"), "stop", str(VMID)],
+                       capture_output=True, env=lab_env(), check=False)
+        subprocess.run(["umount", str(host_dir)], capture_output=True, check=False)
+        with contextlib.suppress(OSError):
+            host_dir.rmdir()
+
+
+def converge(ct, version: str = "0.1.4", **extra):
+    return ct.run_playbook(PLAYBOOK, extra_vars=ct.drill_vars(version, **extra))
+
+
+def assert_recovers(ct, version: str, old_venv: str | None = None) -> None:
+    """A rerun converges, the next reports changed=0, the old venv (when given) still imports."""
+    result = converge(ct, version)
+    assert result.rc == 0, str(result)
+    again = converge(ct, version)
+    assert again.rc == 0, str(again)
+    assert again.changed == 0, str(again)
+    pins = lock_pins(version)
+    assert venv_versions(ct)["sglang"] == pins_version(pins, "sglang")
+    assert sh(ct, f"cat {VENV}/.sglang-lxc-release.json")  # the completion marker
+    if old_venv:
+        assert venv_versions(ct, old_venv)["idna"]
+
+
+def pins_version(pins: dict[str, str], name: str) -> str:
+    return next(p.split("==")[1] for p in pins if p.startswith(name + "=="))
+
+
+class Run:
+    """ansible-playbook in the background (its own session), its output read by a thread."""
+
+    def __init__(self, ct, extra_vars: dict):
+        cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
+               "--limit", ct.name, "-e", json.dumps(extra_vars)]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def install_task_started(self) -> bool:
+        return "Install the stack aside and switch" in self.output
+
+    def wait(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return rc
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.wait(30)
+
+
+def hold_lock(ct, seconds: int = 600) -> None:
+    """An install left running by a dead controller, as the target sees it: a process group
+    holding the per-target lock (flock(2), as the module takes it)."""
+    sh(ct, f"mkdir -p {PREFIX} && setsid flock {LOCK} sleep {seconds} >/dev/null 2>&1 </dev/null "
+           "& echo $! > /tmp/lock-holder.pid; sleep 0.5")
+
+
+def release_lock(ct) -> None:
+    sh(ct, "kill -9 -$(cat /tmp/lock-holder.pid)")  # the group: flock and its sleep
+
+
+def drop_previous(ct) -> None:
+    """Remove the release kept for rollback, so that the next switch to it installs afresh."""
+    sh(ct, f"p=$(readlink -f {RELEASES}/previous) && [ -n \"$p\" ] && rm -rf \"$p\"; "
+           f"rm -f {RELEASES}/previous")
+
+
+def wait_for(predicate, timeout: float, step: float = 0.5) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def test_converge_builds_a_release_and_switches_the_link(ct):
+    start = time.monotonic()
+    result = converge(ct)
+    assert result.rc == 0, str(result)
+    print(f"first install: {time.monotonic() - start:.1f} s")
+    link = sh(ct, f"readlink {VENV}")
+    assert link.startswith("venvs/0.1.4-"), link
+    assert venv_versions(ct) == {"idna": "3.10", "sglang": "0.1.4", "six": "1.17.0"}
+    # the target installed with hash checking on, from a file carrying the lock's sha256
+    reqs = sh(ct, "cat /var/cache/sglang-lxc/wheelhouse/sglang-0.1.4/requirements-*.txt")
+    assert "idna==3.10 --hash=sha256:" + lock_pins("0.1.4")["idna==3.10"] in reqs
+    again = converge(ct)
+    assert again.rc == 0 and again.changed == 0, str(again)
+    check = ct.run_playbook(PLAYBOOK, extra_vars=ct.drill_vars("0.1.5"), check=True)
+    assert check.rc == 0, str(check)
+    assert sh(ct, f"readlink {VENV}") == link  # check mode switched nothing
+
+
+def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wheelhouse):
+    wheel = next((controller_wheelhouse / "sglang-0.1.4").glob("idna-3.10-*.whl"))
+    data = wheel.read_bytes()
+    wheel.write_bytes(data[: len(data) // 2])
+    start = time.monotonic()
+    result = converge(ct)
+    print(f"truncated wheel drill: {time.monotonic() - start:.1f} s")
+    assert result.rc == 0, str(result)
+    assert str(wheel) in result.output  # the message names the controller's copy
+    assert "does not match the lock's sha256" in result.output
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == lock_pins("0.1.4")["idna==3.10"]
+    assert_recovers(ct, "0.1.4")
+
+
+def test_a_held_install_lock_is_waited_for_or_reported(ct):
+    old = sh(ct, f"readlink -f {VENV}")
+    hold_lock(ct)
+    result = converge(ct, "0.1.5", sglang_stack_lock_wait=3)
+    assert result.rc != 0, str(result)
+    assert f"still holds {LOCK}" in result.output, str(result)
+    assert "held by pid " in result.output and "sleep 600" in result.output  # the holder
+    assert sh(ct, f"readlink -f {VENV}") == old  # nothing switched
+    run = Run(ct, ct.drill_vars("0.1.5", sglang_stack_lock_wait=300))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
+    time.sleep(8)
+    assert run.proc.poll() is None  # it waits for the holder instead of overlapping it
+    assert sh(ct, f"readlink -f {VENV}") == old
+    released = time.monotonic()
+    release_lock(ct)
+    rc = run.wait(300)
+    print(f"lock drill: the install ended {time.monotonic() - released:.1f} s after the release")
+    assert rc == 0, run.output[-3000:]
+    assert venv_versions(ct)["sglang"] == "0.1.5"
+    assert sh(ct, f"readlink -f {RELEASES}/previous") == old
+    assert_recovers(ct, "0.1.5", old_venv=f"{RELEASES}/previous")
+
+
+def test_kill_9_of_pip_and_the_controller_mid_install(ct):
+    drop_previous(ct)
+    old = sh(ct, f"readlink -f {VENV}")
+    target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
+    # Kill pip (and its parent, the module) as soon as it has unpacked its first package,
+    # while the controller's ansible-playbook is killed too.
+    watcher = (
+        f"for i in $(seq 1 30000); do "
+        f"  if ls -d {RELEASES}/{target}-*/lib/python3*/site-packages/*.dist-info 2>/dev/null "
+        f"     | grep -qE '/(idna|six|nest_asyncio|packaging|sglang)-'; then "
+        f"    pid=$(pgrep -f 'pip install --no-index' | head -n1); "
+        f"    [ -n \"$pid\" ] && {{ ppid=$(ps -o ppid= -p $pid); kill -9 $pid $ppid; "
+        f"      echo killed; exit 0; }}; "
+        f"  fi; sleep 0.01; done; echo missed"
+    )
+    ct.exec("sh", "-c", f"cat > /tmp/watcher.sh <<'EOF'\n{watcher}\nEOF\n")
+    ct.exec("sh", "-c", "rm -f /tmp/watcher.log; setsid sh /tmp/watcher.sh > /tmp/watcher.log 2>&1 "
+            "< /dev/null &")
+    start = time.monotonic()
+    run = Run(ct, ct.drill_vars(target))
+    assert wait_for(lambda: sh(ct, "cat /tmp/watcher.log", check=False) != "", 300, 0.5)
+    run.kill()
+    print(f"kill -9 drill: killed after {time.monotonic() - start:.1f} s")
+    assert sh(ct, "cat /tmp/watcher.log") == "killed"
+    assert sh(ct, f"readlink -f {VENV}") == old  # the half-installed release is not current
+    half = sh(ct, f"ls -d {RELEASES}/{target}-*")
+    marked = sh(ct, f"test -e {half}/.sglang-lxc-release.json && echo marked || echo unmarked")
+    assert marked == "unmarked"
+    result = converge(ct, target)
+    assert result.rc == 0, str(result)
+    assert "removed the half-installed release" in result.output
+    assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
+
+
+def test_reboot_mid_role_ends_the_run_within_a_minute(ct):
+    old = sh(ct, f"readlink -f {VENV}")
+    target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
+    # The install task blocks on the lock, held by a process that ignores SIGTERM: it outlives
+    # the shutdown's SIGTERM, so the task is still in flight when the container goes down.
+    sh(ct, f"setsid flock {LOCK} sh -c 'trap \"\" TERM HUP INT; sleep 600' >/dev/null 2>&1 "
+           "</dev/null & sleep 0.5")
+    run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=600))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
+    time.sleep(3)
+    rebooted = time.monotonic()
+    subprocess.run([str(REPO / "tests/standins/pct"), "reboot", str(VMID)], env=lab_env(),
+                   capture_output=True, check=True, timeout=300)
+    rc = run.wait(300)
+    out = run.output
+    ended_after = time.monotonic() - rebooted
+    print(f"reboot drill: the run ended {ended_after:.1f} s after pct reboot began, rc {rc}")
+    assert rc != 0, out[-3000:]
+    assert "UNREACHABLE" in out or "MODULE FAILURE" in out, out[-3000:]
+    assert ended_after < 120, out[-3000:]
+    assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
+    assert sh(ct, f"readlink -f {VENV}") == old  # the interrupted switch left the old venv
+    assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
+
+
+def test_disk_full_mid_upgrade_names_the_filesystem(ct):
+    drop_previous(ct)
+    old = sh(ct, f"readlink -f {VENV}")
+    before = venv_versions(ct)
+    target = "0.1.4" if before["sglang"] == "0.1.5" else "0.1.5"
+    # leave 12 MiB: the free-space check (64 MiB for a venv with pip) refuses before any change
+    avail = f"$(df --output=avail -B1 {PREFIX} | tail -n1)"
+    sh(ct, f"fallocate -l $(( {avail} - 12*1024*1024 )) {PREFIX}/filler")
+    result = converge(ct, target)
+    assert result.rc != 0, str(result)
+    assert f"no space left on {PREFIX} (" in result.output, str(result)
+    assert "needed" in result.output
+    assert sh(ct, f"readlink -f {VENV}") == old
+    # with the check off, the disk runs full while the venv is being made: ENOSPC, named
+    start = time.monotonic()
+    result = converge(ct, target, sglang_stack_space_factor=0, sglang_stack_space_overhead_mb=0)
+    print(f"disk full drill: {time.monotonic() - start:.1f} s")
+    assert result.rc != 0, str(result)
+    assert f"no space left on {PREFIX} (" in result.output, str(result)
+    assert "did not download" not in result.output
+    assert sh(ct, f"readlink -f {VENV}") == old  # the old venv still serves
+    assert venv_versions(ct) == before
+    assert sh(ct, f"ls -d {RELEASES}/{target}-* 2>/dev/null || true") == ""  # partial removed
+    sh(ct, f"rm -f {PREFIX}/filler")
+    assert_recovers(ct, target, old_venv=old)
+
+
+def test_network_cut_during_a_task_is_survived(ct):
+    veth = subprocess.run(["lxc-info", "-n", str(VMID), "-H", "-c", "lxc.net.0.veth.pair"],
+                          capture_output=True, text=True).stdout.strip()
+    if not veth:
+        info = subprocess.run(["lxc-info", "-n", str(VMID)], capture_output=True, text=True).stdout
+        veth = next((ln.split()[-1] for ln in info.splitlines() if ln.startswith("Link:")), "")
+    assert veth, "no host veth for the container"
+    target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
+    hold_lock(ct)
+    run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=300))
+    assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        time.sleep(25)  # shorter than the keep-alive's 60 s: the connection must survive it
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+    release_lock(ct)
+    rc = run.wait(300)
+    assert rc == 0, run.output[-3000:]
+    assert venv_versions(ct)["sglang"] == target
+    assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")

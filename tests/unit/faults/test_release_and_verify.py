@@ -1,0 +1,143 @@
+"""The fault-handling pieces of roles wheelhouse and sglang that need no container: the
+controller's sha256 check, the per-target lock, the venv link switch, and the failure messages."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.loaders import ROOT, load_file
+
+verify_mod = load_file("wheelhouse_verify", ROOT / "roles/wheelhouse/library/wheelhouse_verify.py")
+release = load_file("sglang_stack_release", ROOT / "roles/sglang/library/sglang_stack_release.py")
+
+
+def test_verify_removes_a_truncated_wheel_and_caches_good_digests(tmp_path):
+    good, bad = tmp_path / "a-1.0-py3-none-any.whl", tmp_path / "b-2.0-py3-none-any.whl"
+    good.write_bytes(b"good wheel")
+    full = b"complete wheel bytes"
+    bad.write_bytes(full[:7])  # truncated
+    allowed = {hashlib.sha256(b"good wheel").hexdigest(), hashlib.sha256(full).hexdigest()}
+    cache: dict = {}
+    result = verify_mod.verify(str(tmp_path), [good.name, bad.name, "c-3.0-py3-none-any.whl"],
+                               allowed, cache, remove=True, check_mode=False)
+    assert [b["path"] for b in result["bad"]] == [str(bad)]
+    assert not bad.exists() and good.exists()
+    assert result["missing"] == ["c-3.0-py3-none-any.whl"]
+    assert result["checked"] == 1
+    # the good digest is cached: a second pass reads nothing
+    again = verify_mod.verify(str(tmp_path), [good.name], allowed, cache, True, False)
+    assert again["hashed_bytes"] == 0 and again["checked"] == 1
+
+
+def test_verify_rehashes_a_file_rewritten_in_place(tmp_path):
+    wheel = tmp_path / "a-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"good wheel")
+    allowed = {hashlib.sha256(b"good wheel").hexdigest()}
+    cache: dict = {}
+    verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True, False)
+    wheel.write_bytes(b"evil wheel")  # same size, new mtime
+    os.utime(wheel, ns=(1, 1))
+    result = verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True, False)
+    assert len(result["bad"]) == 1 and not wheel.exists()
+
+
+def test_check_mode_reports_but_keeps_the_file(tmp_path):
+    wheel = tmp_path / "a-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"x")
+    result = verify_mod.verify(str(tmp_path), [wheel.name], {"0" * 64}, {}, True, True)
+    assert len(result["bad"]) == 1 and wheel.exists()
+
+
+def test_lock_waits_then_names_its_holder(tmp_path):
+    path = tmp_path / "install.lock"
+    # flock(1) runs sleep with the lock's descriptor: like an orphaned pip, sleep holds it
+    holder = subprocess.Popen(["flock", str(path), "sleep", "30"], start_new_session=True)
+    try:
+        for _ in range(50):
+            if path.exists():
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        with pytest.raises(TimeoutError) as err:
+            release.Lock(str(path)).acquire(1)
+        assert "held by pid " in str(err.value) and "sleep 30" in str(err.value)
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    lock = release.Lock(str(path))
+    assert lock.acquire(5) < 5
+    assert f"pid {os.getpid()}" in path.read_text()
+    # the descriptor is inherited by the installer, so an orphaned installer keeps the lock
+    assert os.get_inheritable(lock.fd)
+    child = release.run([sys.executable, "-c", "import time; time.sleep(0.1)"], 10, lock.fd)
+    assert child[0] == 0
+    other = os.open(path, os.O_RDWR)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(other)
+
+
+def test_switch_link_is_one_rename_of_a_relative_symlink(tmp_path):
+    (tmp_path / "venvs" / "r1").mkdir(parents=True)
+    (tmp_path / "venvs" / "r2").mkdir()
+    link = tmp_path / "venv"
+    release.switch_link(str(link), str(tmp_path / "venvs" / "r1"))
+    assert os.readlink(link) == "venvs/r1"
+    inode = os.lstat(link).st_ino
+    release.switch_link(str(link), str(tmp_path / "venvs" / "r2"))
+    assert os.readlink(link) == "venvs/r2"
+    assert os.lstat(link).st_ino != inode  # a new link renamed over the old one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv", "venvs"]  # no temp left
+
+
+def test_timeout_stops_the_whole_process_group(tmp_path):
+    lock = release.Lock(str(tmp_path / "l"))
+    lock.acquire(1)
+    marker = tmp_path / "grandchild-alive"
+    code = (f"import subprocess, time; subprocess.Popen(['sh', '-c', 'sleep 3; touch {marker}']);"
+            " time.sleep(60)")
+    rc, _, timed_out = release.run([sys.executable, "-c", code], 1, lock.fd)
+    assert timed_out and rc == -9
+    subprocess.run(["sleep", "3.5"], check=True)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device",
+         "no space left on /"),
+        ("ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n"
+         "    idna==3.10 from /w/idna-3.10-py3-none-any.whl:\n",
+         "does not match the lock's sha256"),
+        ("ERROR: something else", "pip install into /r failed (exit 1)"),
+    ],
+)
+def test_failure_messages_say_what_broke_and_where(tmp_path, out, expected):
+    ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/", "need": 10**10,
+           "timeout": 5, "wheel_dir": "/w"}
+    msg = release.classify(out, 1, False, ctx)
+    assert expected in msg
+    assert "current venv is unchanged" in msg
+    if "space" in expected:
+        assert "free now, about 10.0 GB needed" in msg
+    assert "did not download" not in msg
+
+
+def test_timeout_message_names_the_variable(tmp_path):
+    ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/", "need": 0,
+           "timeout": 5, "wheel_dir": "/w"}
+    assert "sglang_stack_install_timeout" in release.classify("", -9, True, ctx)
+
+
+def test_a_failure_on_a_full_filesystem_says_so_without_errno_28(tmp_path):
+    """python -m venv hides ensurepip's output: the free space at the failure tells."""
+    ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/opt/sglang", "need": 0,
+           "timeout": 5, "wheel_dir": "/w", "free_at_failure": 4096}
+    out = "Error: Command '[..., 'ensurepip', '--upgrade']' returned non-zero exit status 1."
+    assert release.classify(out, 1, False, ctx).startswith("no space left on /opt/sglang (")
