@@ -7,6 +7,7 @@ a killed process, hang and crash detection, reboot, rolling restart and the rout
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
@@ -112,9 +113,18 @@ def test_lab_without_gpu_skips_serving(ct):
     result = ct.run_playbook(SERVE)  # the lab inventory alone: sglang_lxc_gpus_expected 0
     OUTPUTS.append(result.output)
     assert result.rc == 0, str(result)
-    assert result.changed == 0, str(result)
     assert "Skipping SGLang serving on ct250: no GPU" in result.output
     assert not unit_installed(ct)
+    # the only changes are the records of the skips (their folder, serve, router), which
+    # tests/infra reads
+    changed_tasks = re.findall(r"TASK \[([^\]]+)\] \*+\nchanged:", result.output)
+    assert changed_tasks, result.output
+    assert all(t.startswith("deploy_record :") for t in changed_tasks), changed_tasks
+    record = json.loads(sh(ct, "cat /etc/sglang/deployed/sglang_serve.json"))
+    assert (record["status"], record["reason"]) == ("skipped", "no GPU"), record
+    again = ct.run_playbook(SERVE)
+    assert again.rc == 0, str(again)
+    assert again.changed == 0, str(again)
 
 
 @pytest.mark.parametrize(
