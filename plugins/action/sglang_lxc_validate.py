@@ -112,28 +112,9 @@ _serve = _load_by_path("sglang_lxc_filter_sglang_serve", REPO / "plugins/filter/
 # ------------------------------------------------------------------------------ messages
 
 
-def describe(value: Any) -> str:
-    """A value as a person reads it, with its type: "the string '16G'", "a mapping {...}"."""
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, int):
-        return f"the integer {value}"
-    if isinstance(value, float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {str(value)!r}"
-    if isinstance(value, Mapping):
-        return f"a mapping {_short(dict(value))}"
-    if isinstance(value, Sequence):
-        return f"a list {_short(list(value))}"
-    return f"{_short(value)} ({type(value).__name__})"
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+# one home for how a value is shown with its type: the proxmox_lxc filter (loaded above)
+describe = _lxc.describe
+_short = _lxc.short_repr
 
 
 def problem(host: str, var: str, value: Any, what: str, fix: str) -> str:

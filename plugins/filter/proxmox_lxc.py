@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 VMID_MIN, VMID_MAX = 100, 999_999_999
 _NUMBERED = re.compile(r"^(net|mp)(\d+)$")
@@ -277,7 +279,7 @@ def lxc_container_errors(
             value = ct.get(key)
             if isinstance(value, bool) or not isinstance(value, int):
                 errors.append(
-                    f"{where}.{key}: must be an integer number of {unit}, got {_kind(value)}; "
+                    f"{where}.{key}: must be an integer number of {unit}, got {describe(value)}; "
                     f"fix: write {key}: {_example(key)}"
                 )
             elif value < low:
@@ -329,7 +331,7 @@ def lxc_container_errors(
         if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
             errors.append(
                 f"{where}.mounts: must be a list of {{host_path, path}} mappings, got "
-                f"{_kind(mounts)}; fix: write each mount as '- host_path: ...' with 'path: ...'"
+                f"{describe(mounts)}; fix: write each mount as '- host_path: ...' with 'path: ...'"
             )
             mounts = []
         paths = [m.get("path") for m in mounts]
@@ -366,16 +368,28 @@ def is_rfc1123_hostname(value) -> bool:
     return all(_LABEL.match(label) for label in value.split("."))
 
 
-def _kind(value) -> str:
+def describe(value: Any) -> str:
+    """A value as a person reads it, with its type: "the string '16G'", "a mapping {...}"."""
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value}"
     if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, dict):
-        return f"a mapping {value!r}"
-    if isinstance(value, list):
-        return f"a list {value!r}"
-    return repr(value)
+        return f"the string {str(value)!r}"
+    if isinstance(value, Mapping):
+        return f"a mapping {short_repr(dict(value))}"
+    if isinstance(value, Sequence):
+        return f"a list {short_repr(list(value))}"
+    return f"{short_repr(value)} ({type(value).__name__})"
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _example(key: str) -> str:
