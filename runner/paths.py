@@ -5,7 +5,3 @@ from __future__ import annotations
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def project_file(*parts: str) -> Path:
-    return PROJECT_ROOT.joinpath(*parts)
