@@ -12,7 +12,7 @@ from tests.loaders import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
-gpu_nvml = load_file("gpu_nvml", ROOT / "roles/gpu_facts/module_utils/gpu_nvml.py")
+gpu_nvml = load_file("gpu_nvml", ROOT / "plugins/module_utils/gpu_nvml.py")
 gpu_preflight = load_file("gpu_preflight", ROOT / "plugins/filter/gpu_preflight.py")
 
 # A process that holds GPU memory the way a trainer does: allocate, say so, then wait.

@@ -37,7 +37,7 @@ def drain(*, check: bool) -> dict:
         "localhost,",
         "-o",
         "-M",
-        str(ROOT / "roles/gpu_drain/library"),
+        str(ROOT / "plugins/modules"),
         "-m",
         "gpu_drain_stop",
         "-a",
@@ -79,7 +79,7 @@ def test_gpu_drain_stops_a_torch_process_and_nvml_shows_the_memory_released():
 
 def test_readiness_sees_gpu_memory_progress_from_a_loading_stand_in():
     readiness = load_file(
-        "sglang_readiness", ROOT / "roles/sglang_serve/library/sglang_readiness.py"
+        "sglang_readiness", ROOT / "plugins/modules/sglang_readiness.py"
     )
     nvml = readiness.Nvml()
     assert nvml.lib is not None, "libnvidia-ml.so.1 did not load through ctypes"

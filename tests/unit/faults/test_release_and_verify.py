@@ -13,8 +13,8 @@ import pytest
 
 from tests.loaders import ROOT, load_file
 
-verify_mod = load_file("wheelhouse_verify", ROOT / "roles/wheelhouse/library/wheelhouse_verify.py")
-release = load_file("sglang_stack_release", ROOT / "roles/sglang/library/sglang_stack_release.py")
+verify_mod = load_file("wheelhouse_verify", ROOT / "plugins/modules/wheelhouse_verify.py")
+release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
 
 
 def test_verify_removes_a_truncated_wheel_and_caches_good_digests(tmp_path):

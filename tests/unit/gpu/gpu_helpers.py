@@ -14,11 +14,11 @@ sys.path.insert(0, str(ROOT / "tests" / "standins"))
 
 import fake_pynvml  # noqa: E402  (path set just above)
 
-gpu_nvml = load_file("gpu_nvml", ROOT / "roles/gpu_facts/module_utils/gpu_nvml.py")
+gpu_nvml = load_file("gpu_nvml", ROOT / "plugins/module_utils/gpu_nvml.py")
 gpu_preflight = load_file("gpu_preflight", ROOT / "plugins/filter/gpu_preflight.py")
 gpu_drain_filters = load_file("gpu_drain_filters", ROOT / "plugins/filter/gpu_drain.py")
 gpu_drain_plan = load_file(
-    "gpu_drain_plan", ROOT / "roles/gpu_drain/module_utils/gpu_drain_plan.py"
+    "gpu_drain_plan", ROOT / "plugins/module_utils/gpu_drain_plan.py"
 )
 
 

@@ -19,8 +19,8 @@ def adhoc(module: str, args: dict, check: bool = False) -> tuple[str, dict, str]
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(ROOT / "roles/gpu_drain/library"),
-        "ANSIBLE_MODULE_UTILS": str(ROOT / "roles/gpu_drain/module_utils"),
+        "ANSIBLE_LIBRARY": str(ROOT / "plugins/modules"),
+        "ANSIBLE_MODULE_UTILS": str(ROOT / "plugins/module_utils"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
     }

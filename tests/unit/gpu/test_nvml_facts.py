@@ -1,4 +1,4 @@
-"""nvml_facts' logic (roles/gpu_facts/module_utils/gpu_nvml.py) on recorded NVML answers."""
+"""nvml_facts' logic (plugins/module_utils/gpu_nvml.py) on recorded NVML answers."""
 
 from __future__ import annotations
 

@@ -10,5 +10,5 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 serve_filter = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
-readiness = load_file("sglang_readiness", ROOT / "roles/sglang_serve/library/sglang_readiness.py")
+readiness = load_file("sglang_readiness", ROOT / "plugins/modules/sglang_readiness.py")
 standin = load_file("sglang_server_standin", ROOT / "tests/standins/sglang_server.py")

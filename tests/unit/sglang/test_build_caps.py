@@ -60,7 +60,7 @@ def test_container_cgroup_limit_below_host_memory(tmp_path):
     """A 16-CPU container limited to 32 GiB on a 512 GiB host: the cap follows the container."""
     probe = _load(
         "sglang_build_resources",
-        ROOT / "roles" / "sglang" / "library" / "sglang_build_resources.py",
+        ROOT / "plugins" / "modules" / "sglang_build_resources.py",
     )
     root = tmp_path
     (root / "proc").mkdir()

@@ -1,4 +1,4 @@
-"""Parsing of the container's CPU and memory view (roles/sglang/library/sglang_build_resources)."""
+"""Parsing of the container's CPU and memory view (plugins/modules/sglang_build_resources)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 GIB = 1024**3
 spec = importlib.util.spec_from_file_location(
-    "sglang_build_resources", ROOT / "roles" / "sglang" / "library" / "sglang_build_resources.py"
+    "sglang_build_resources", ROOT / "plugins" / "modules" / "sglang_build_resources.py"
 )
 res = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(res)

@@ -1,1 +1,0 @@
-../../gpu_facts/library/nvml_facts.py

@@ -1,1 +1,0 @@
-../../gpu_facts/module_utils/gpu_nvml.py
