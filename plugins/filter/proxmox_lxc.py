@@ -1,6 +1,6 @@
 """Filters for the proxmox_lxc role: Proxmox container configs and GPU passthrough lines.
 
-Pure functions, unit-tested in tests/unit/test_proxmox_lxc_filters.py.
+Pure functions, unit-tested in tests/unit/proxmox_lxc/test_filters.py.
 """
 
 from __future__ import annotations
