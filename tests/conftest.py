@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -20,23 +24,51 @@ def _bridge_exists(name: str = "lxcbr0") -> bool:
     return subprocess.run(["ip", "link", "show", "dev", name], capture_output=True).returncode == 0
 
 
+# pytest-xdist workers each have their own session: the lab node is prepared under a lock, and
+# the workers using it are counted, so the last one out removes a bridge the tests created.
+USERS = Path("/run/sglang-lxc-lab-test-users")
+
+
+@contextlib.contextmanager
+def _locked_users():
+    with open(f"{USERS}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lines = USERS.read_text().split() if USERS.exists() else []
+        # a worker killed without teardown leaves its pid: forget pids that are gone
+        users = [pid for pid in lines[1:] if Path(f"/proc/{pid}").exists()]
+        created = bool(lines and lines[0] == "created" and users)
+        state = {"created": created, "users": users}
+        yield state
+        if state["users"]:
+            USERS.write_text(" ".join(["created" if state["created"] else "found",
+                                        *state["users"]]))
+        else:
+            USERS.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def lab_node():
     """This machine prepared as the lab's Proxmox node (bridge, template, key).
 
-    A bridge this fixture had to create is deleted at the end of the session.
+    A bridge the tests had to create is deleted when the last session using it ends.
     """
     reason = missing_for_lab()
     if reason:
         pytest.skip(reason)
-    had_bridge = _bridge_exists()
-    result = ansible_playbook("playbooks/lab_node.yml", LAB_INVENTORY)
-    assert result.rc == 0, str(result)
+    me = str(os.getpid())
+    with _locked_users() as state:
+        if not state["users"]:
+            state["created"] = not _bridge_exists()
+        result = ansible_playbook("playbooks/lab_node.yml", LAB_INVENTORY)
+        assert result.rc == 0, str(result)
+        state["users"].append(me)
     yield lab_root()
-    if not had_bridge:
-        leftover = list((lab_root() / "etc/pve/lxc").glob("*.conf"))
-        if not leftover:
-            subprocess.run(["ip", "link", "delete", "lxcbr0"], check=False)
+    with _locked_users() as state:
+        state["users"] = [pid for pid in state["users"] if pid != me]
+        if not state["users"] and state["created"]:
+            leftover = list((lab_root() / "etc/pve/lxc").glob("*.conf"))
+            if not leftover:
+                subprocess.run(["ip", "link", "delete", "lxcbr0"], check=False)
 
 
 @pytest.fixture(scope="module")
