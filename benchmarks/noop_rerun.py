@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CALLBACKS = Path(__file__).resolve().parent / "callbacks"
 LOCK = Path("/tmp/suite-ct200.lock")
+SLOWEST = 8
 _RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)"
                     r"\s+skipped=(\d+)", re.M)
 
@@ -112,8 +113,10 @@ def report(name: str, run: dict, runs: list[float]) -> None:
         print(f"   {play['name'][:58]:<58} {play['seconds']:6.2f} {play['tasks']:5d} "
               f"{play['ok']:4d} {play['changed']:4d} {play['skipped']:4d}")
     total = {k: sum(p[k] for p in run["plays"]) for k in ("tasks", "ok", "changed", "skipped")}
+    slow = sorted(run.get("tasks", []), key=lambda t: -t[2])[:SLOWEST]
     print(f"   {'all plays':<58} {sum(p['seconds'] for p in run['plays']):6.2f} "
           f"{total['tasks']:5d} {total['ok']:4d} {total['changed']:4d} {total['skipped']:4d}")
+    print("   slowest tasks: " + "; ".join(f"{name} {sec:.2f} s" for _, name, sec in slow))
 
 
 def main(argv: list[str] | None = None) -> int:

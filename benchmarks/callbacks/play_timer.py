@@ -2,7 +2,9 @@
 
 Enabled only by the benchmark (ANSIBLE_CALLBACKS_ENABLED), never by ansible.cfg. The file named
 by PLAY_TIMER_OUT receives one entry per play: name, seconds from its start to the next play's
-start (or to the recap), tasks started, and per-host results (ok, changed, skipped, failed).
+start (or to the recap), tasks started, and per-host results (ok, changed, skipped, failed);
+and each task's seconds (from its start to the next task's start, so a task's wait for all
+hosts counts).
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ class CallbackModule(CallbackBase):
     def __init__(self) -> None:
         super().__init__()
         self._plays: list[dict] = []
+        self._tasks: list[list] = []  # [play index, task name, seconds]
+        self._task_start = None
         self._t0 = time.monotonic()
+
+    def _end_task(self, now: float) -> None:
+        if self._task_start is not None:
+            self._tasks[-1][2] = round(now - self._task_start, 3)
+            self._task_start = None
 
     def _close(self, now: float) -> None:
         if self._plays and "seconds" not in self._plays[-1]:
@@ -41,13 +50,18 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play) -> None:
         now = time.monotonic()
+        self._end_task(now)
         self._close(now)
         self._plays.append({"name": play.get_name(), "_start": now, "tasks": 0, "ok": 0,
                             "changed": 0, "skipped": 0, "failed": 0})
 
     def v2_playbook_on_task_start(self, task, is_conditional) -> None:
         if self._plays:
+            now = time.monotonic()
+            self._end_task(now)
             self._plays[-1]["tasks"] += 1
+            self._tasks.append([len(self._plays) - 1, task.get_name(), 0.0])
+            self._task_start = now
 
     def v2_playbook_on_handler_task_start(self, task) -> None:
         self.v2_playbook_on_task_start(task, False)
@@ -70,8 +84,10 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_stats(self, stats) -> None:
         now = time.monotonic()
+        self._end_task(now)
         self._close(now)
         out = os.environ.get("PLAY_TIMER_OUT")
         if out:
             with open(out, "w", encoding="utf-8") as handle:
-                json.dump({"plays": self._plays, "ansible_s": round(now - self._t0, 3)}, handle)
+                json.dump({"plays": self._plays, "tasks": self._tasks,
+                           "ansible_s": round(now - self._t0, 3)}, handle)
