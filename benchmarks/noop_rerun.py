@@ -80,20 +80,23 @@ NEW_ONLY = ["--limit", "localhost:ct201:ct202", "-e", '{"proxmox_lxc_containers"
             'lab_containers(lab_root, subnet=lab_subnet, bridge=lab_bridge))[1:] }}"}']
 
 
+PLAYBOOK = "site.yml"
+
+
 def run_site(tree: Path, containers: int, work: Path, log: Path,
              extra: list[str] | None = None) -> dict:
     out = work / "plays.json"
     out.unlink(missing_ok=True)
     env = environment(tree, containers, out, work / "artifacts")
     start = time.perf_counter()
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml",
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), PLAYBOOK,
                            *(extra or [])],
                           cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True)
     wall = time.perf_counter() - start
     log.write_text(proc.stdout)
     if proc.returncode != 0:
-        raise SystemExit(f"site.yml in {tree} ({containers} container(s)) failed with "
+        raise SystemExit(f"{PLAYBOOK} in {tree} ({containers} container(s)) failed with "
                          f"{proc.returncode}; log: {log}\n{proc.stdout[-3000:]}")
     recap = {m[0]: {"ok": int(m[1]), "changed": int(m[2]), "skipped": int(m[5])}
              for m in _RECAP.findall(proc.stdout)}
@@ -129,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-converge", action="store_true",
                         help="skip the untimed converge run (the lab is converged already)")
     parser.add_argument("--json", type=Path, help="also write all figures to this file")
+    parser.add_argument("--playbook", default="site.yml",
+                        help="time this playbook instead (e.g. playbooks/containers.yml)")
     args = parser.parse_args(argv)
+    global PLAYBOOK
+    PLAYBOOK = args.playbook
     cases = {"base": (args.base.resolve(), 1), "tree": (ROOT, 1), "tree3": (ROOT, 3)}
     chosen = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = set(chosen) - set(cases)
