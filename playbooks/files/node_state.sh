@@ -1,8 +1,8 @@
 # Read what validation needs from a Proxmox node, in one round trip, changing nothing.
 # Called as: bash -c "$(cat node_state.sh)" node_state PCT TEMPLATE_DIR CONFIG_DIR
-# Each section starts with "## <title>". `pct list` names the containers; their configs are
-# read from CONFIG_DIR (/etc/pve/lxc, what `pct config` prints), through `pct config` where a
-# file cannot be read.
+# Each section starts with "## <title>". The containers' configs are read from CONFIG_DIR
+# (/etc/pve/lxc, what `pct config` prints); where that folder cannot be read, `pct list` names
+# the containers and `pct config` prints their configs.
 pct="$1"
 templates="$2"
 configs="$3"
@@ -11,6 +11,19 @@ echo "## meminfo"; grep '^MemTotal:' /proc/meminfo
 echo "## gpus"; ls /dev | grep -E '^nvidia[0-9]+$' || true
 echo "## addresses"; ip -o -4 addr show 2>/dev/null || true
 echo "## templates"; ls -1 "$templates" 2>/dev/null || true
+# The containers of this node: the config files in CONFIG_DIR (on Proxmox /etc/pve/lxc holds
+# exactly what `pct list` shows, and reading them costs no pct start-up); `pct list` where the
+# folder cannot be read.
+if [ -d "$configs" ] && [ -r "$configs" ] && [ -x "$configs" ]; then
+  for conf in "$configs"/*.conf; do
+    [ -f "$conf" ] || continue
+    id="${conf##*/}"; id="${id%.conf}"
+    case "$id" in *[!0-9]*|'') continue ;; esac
+    echo "## config $id"
+    sed '/^\[/,$d' "$conf"
+  done
+  exit 0
+fi
 # A container created or destroyed meanwhile can make one `pct list` fail: try five times.
 for try in 1 2 3 4 5; do
   list="$("$pct" list 2>"${TMPDIR:-/tmp}/node_state.$$")" && break

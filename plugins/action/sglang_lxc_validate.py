@@ -1216,6 +1216,10 @@ class ActionModule(ActionBase):
         result["problems"] = problems
         result["elapsed_s"] = round(time.monotonic() - started, 2)
         result["checked"] = {"nodes": nodes, "servers": servers}
+        if problems:  # the run stops here, before any change (one task, no separate fail)
+            result["failed"] = True
+            result["msg"] = (f"{chr(10).join(problems)}\n({len(problems)} problem(s); "
+                             "nothing was changed)")
         return result
 
     def _values(self, hostvars, host, roles, defaults, rvars, pvars):  # pragma: no cover

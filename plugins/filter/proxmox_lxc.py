@@ -1,6 +1,7 @@
 """Filters for the proxmox_lxc role: Proxmox container configs and GPU passthrough lines.
 
-Pure functions, unit-tested in tests/unit/proxmox_lxc/test_filters.py.
+Pure functions, unit-tested in tests/unit/proxmox_lxc/test_filters.py (and used by
+plugins/action/proxmox_lxc_probe.py and sglang_lxc_validate.py).
 """
 
 from __future__ import annotations

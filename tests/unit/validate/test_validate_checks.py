@@ -389,3 +389,16 @@ def test_values_known_only_at_run_time_are_not_problems():
     line = v.template_error_problem("kpro6", "proxmox_lxc_template_dir", lookup)
     assert line.startswith("kpro6: proxmox_lxc_template_dir: cannot be evaluated: The lookup")
     assert "Fix: correct proxmox_lxc_template_dir" in line
+
+
+def test_node_state_script_reads_the_config_folder_without_pct(tmp_path):
+    """A readable config folder names the containers: no `pct list` start-up (pct: /bin/false)."""
+    configs = tmp_path / "lxc"
+    configs.mkdir()
+    (configs / "213.conf").write_text("hostname: ct213\nnet0: name=eth0,ip=10.0.3.213/24\n"
+                                      "[snap]\nhostname: old\n")
+    (configs / "notes.conf").write_text("hostname: not-a-container\n")
+    script = ROOT / "playbooks/files/node_state.sh"
+    out = subprocess.run(["bash", str(script), "/bin/false", str(tmp_path), str(configs)],
+                         capture_output=True, text=True, check=True).stdout
+    assert v.parse_node_state(out)["containers"] == {213: {"name": "ct213", "ip": "10.0.3.213"}}
