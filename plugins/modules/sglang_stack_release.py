@@ -18,14 +18,13 @@ from ansible.module_utils.sglang_stack import (
     MARKER,
     VERSIONS_CODE,
     drift,
-    ensure_uv,
     pip_install_argv,
     read_marker,
     requirements_text,
-    uv_env,
     uv_install_argv,
     uv_venv_argv,
 )
+from ansible.module_utils.uv_tool import ensure_uv, uv_env
 
 DOCUMENTATION = r"""
 module: sglang_stack_release

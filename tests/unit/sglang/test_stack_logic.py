@@ -17,7 +17,9 @@ import pytest
 from tests.loaders import ROOT, load_file
 
 stack = load_file("sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
+uv_tool = load_file("uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
 sys.modules["ansible.module_utils.sglang_stack"] = stack
+sys.modules["ansible.module_utils.uv_tool"] = uv_tool
 probe_mod = load_file("sglang_stack_probe", ROOT / "plugins/modules/sglang_stack_probe.py")
 release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
 
@@ -58,10 +60,10 @@ def test_uv_command_lines_are_offline_with_hashes():
         assert flag in argv
     assert argv[argv.index("--find-links") + 1] == "/w"
     assert argv[argv.index("--python") + 1] == "/v/bin/python"
-    env = stack.uv_env("/c", "hardlink")
+    env = uv_tool.uv_env("/c", "hardlink")
     assert env["UV_CACHE_DIR"] == "/c" and env["UV_LINK_MODE"] == "hardlink"
     assert env["UV_OFFLINE"] == "1" and "UV_NO_CACHE" not in env
-    assert stack.uv_env("", "copy")["UV_NO_CACHE"] == "1"
+    assert uv_tool.uv_env("", "copy")["UV_NO_CACHE"] == "1"
     pip = stack.pip_install_argv("/v", "/w", "/r.txt", False, [])
     assert pip[:4] == ["/v/bin/python", "-m", "pip", "install"] and "--require-hashes" not in pip
 
@@ -78,11 +80,11 @@ def test_ensure_uv_checks_the_sha256_then_extracts_once(tmp_path):
     wheel = tmp_path / "uv-0.0.0-py3-none-any.whl"
     digest = fake_uv_wheel(wheel)
     with pytest.raises(ValueError, match="does not match the lock's sha256"):
-        stack.ensure_uv(str(wheel), "0" * 64, str(tmp_path / "bin"))
+        uv_tool.ensure_uv(str(wheel), "0" * 64, str(tmp_path / "bin"))
     assert not (tmp_path / "bin" / "uv").exists()
-    path, changed = stack.ensure_uv(str(wheel), digest, str(tmp_path / "bin"))
+    path, changed = uv_tool.ensure_uv(str(wheel), digest, str(tmp_path / "bin"))
     assert changed and subprocess.run([path], capture_output=True, text=True).stdout == "uv 0.0.0\n"
-    assert stack.ensure_uv(str(wheel), digest, str(tmp_path / "bin")) == (path, False)
+    assert uv_tool.ensure_uv(str(wheel), digest, str(tmp_path / "bin")) == (path, False)
     assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["uv"]  # no temp left
 
 
