@@ -1,5 +1,6 @@
-"""Role wheelhouse's logic in Python: the fingerprint and command lines (plugins/filter/wheelhouse.py)
-and a wheel folder's state (plugins/module_utils/wheelhouse_sets.py), on real folders."""
+"""Role wheelhouse's logic in Python: the fingerprint and command lines
+(plugins/filter/wheelhouse.py) and a wheel folder's state (plugins/module_utils/wheelhouse_sets.py),
+on real folders."""
 
 from __future__ import annotations
 
