@@ -353,7 +353,6 @@ def main() -> None:
             "ignore_extra": {"type": "list", "elements": "str", "default": []},
             "repair": {"type": "bool", "default": False},
         },
-        required_if=[("installer", "uv", ("uv_wheel", "uv_sha256", "uv_dir"))],
         supports_check_mode=True,
     )
     p = module.params
@@ -406,6 +405,9 @@ def main() -> None:
                 "current venv is unchanged. Free space there and run again."), **result)
         start = time.monotonic()
         if p["installer"] == "uv":
+            if not (p["uv_wheel"] and p["uv_sha256"] and p["uv_dir"]):
+                module.fail_json(msg="installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's wheel "
+                                 "is not in the set); the current venv is unchanged.", **result)
             try:
                 ctx["uv"], result["uv_extracted"] = ensure_uv(
                     p["uv_wheel"], p["uv_sha256"], p["uv_dir"])
