@@ -406,8 +406,9 @@ def main() -> None:
         start = time.monotonic()
         if p["installer"] == "uv":
             if not (p["uv_wheel"] and p["uv_sha256"] and p["uv_dir"]):
-                module.fail_json(msg="installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's wheel "
-                                 "is not in the set); the current venv is unchanged.", **result)
+                module.fail_json(msg="installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's "
+                                 "wheel is not in the set); the current venv is unchanged.",
+                                 **result)
             try:
                 ctx["uv"], result["uv_extracted"] = ensure_uv(
                     p["uv_wheel"], p["uv_sha256"], p["uv_dir"])
