@@ -6,9 +6,11 @@ Makes lab containers one after another on this machine (the lab's node), each wi
 cache's mounts (wheels read-only, uv's cache read-write), and runs playbooks/toolchain.yml and
 playbooks/sglang.yml on it (the default lock, the lab's inventory). For each container it prints
 the wall time of that run and the bytes that crossed from the controller's wheelhouse into the
-node's wheel folder or into the container. The node folder is a folder of its own (--node-dir),
-not the controller wheelhouse the lab inventory mounts, so the first container fills it for real;
---keep-node keeps it for a later run (then the first container is warm too).
+node's wheel folder or into the container. By default the node's wheel folder is the controller
+wheelhouse, as in the lab inventory (the lab's node is the controller), and uv's cache on the node
+starts empty (--uv-cache, removed afterwards unless --keep-node): the first container fills uv's
+cache, the next ones find it warm. --node-dir names a node folder of its own, which the first
+container then fills through Ansible's copy (3.8 GB for the default lock: slow on two cores).
 
     .venv/bin/python benchmarks/new_container.py --vmids 203 204 205
 
@@ -45,7 +47,8 @@ def tree_bytes(path: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vmids", type=int, nargs="+", default=[203, 204, 205])
-    ap.add_argument("--node-dir", type=Path, default=lab_root() / "node-cache" / "bench-wheels")
+    ap.add_argument("--node-dir", type=Path,
+                    default=Path.home() / ".cache" / "sglang-lxc" / "wheelhouse")
     ap.add_argument("--uv-cache", type=Path, default=lab_root() / "node-cache" / "bench-uv")
     ap.add_argument("--keep-node", action="store_true", help="keep the node folders afterwards")
     args = ap.parse_args()
@@ -90,7 +93,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     finally:
         if not args.keep_node:
-            shutil.rmtree(args.node_dir, ignore_errors=True)
+            if args.node_dir != Path.home() / ".cache" / "sglang-lxc" / "wheelhouse":
+                shutil.rmtree(args.node_dir, ignore_errors=True)
             shutil.rmtree(args.uv_cache, ignore_errors=True)
     print("\ncontainer  create_s  toolchain+stack_s  bytes_from_controller")
     for f in figures:

@@ -272,9 +272,10 @@ def remove_tree(path: str) -> None:
 
 
 def new_release_dir(releases: str, release: str, current: str | None, repair: bool) -> str:
-    """Folder to build the release in: its own name, or beside the current one when repairing."""
+    """Folder to build the release in: its own name, or beside the live one when that folder is
+    what the link serves (a repair, or a marker lost by hand): the live venv is never rebuilt."""
     path = os.path.join(releases, release)
-    if repair and current and os.path.realpath(path) == current:
+    if current and os.path.realpath(path) == current:
         return f"{path}.{time.strftime('%Y%m%d%H%M%S')}"
     return path
 

@@ -222,6 +222,9 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
     wheel = next((controller_wheelhouse / "sglang-0.1.4").glob("idna-3.10-*.whl"))
     data = wheel.read_bytes()
     wheel.write_bytes(data[: len(data) // 2])
+    # the stack path runs only on drift: take six out of the live venv, as a stray pip would
+    sh(ct, f"rm -rf {VENV}/lib/python3*/site-packages/six-*.dist-info")
+    live = sh(ct, f"readlink -f {VENV}")
     start = time.monotonic()
     result = converge(ct)
     print(f"truncated wheel drill: {time.monotonic() - start:.1f} s")
@@ -229,6 +232,10 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
     assert str(wheel) in result.output  # the message names the controller's copy
     assert "does not match the lock's sha256" in result.output
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == lock_pins("0.1.4")["idna==3.10"]
+    assert "1 missing (six==1.17.0)" in result.output  # what the probe found
+    # repaired aside: a new folder for the same release, the damaged one kept as previous
+    assert sh(ct, f"readlink -f {VENV}") != live
+    assert sh(ct, f"readlink -f {RELEASES}/previous") == live
     assert_recovers(ct, "0.1.4")
 
 

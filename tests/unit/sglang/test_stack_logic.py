@@ -141,7 +141,9 @@ def test_probe_of_a_missing_venv_lists_every_pin(tmp_path):
 
 def test_repair_builds_beside_the_current_release(tmp_path):
     current = str(tmp_path / "r1")
-    assert release.new_release_dir(str(tmp_path), "r1", current, repair=False) == current
+    assert release.new_release_dir(str(tmp_path), "r1", None, repair=False) == current
     beside = release.new_release_dir(str(tmp_path), "r1", current, repair=True)
+    # the live folder is never rebuilt in place, whatever made the probe call it drifted
+    assert release.new_release_dir(str(tmp_path), "r1", current, repair=False) != current
     assert beside.startswith(current + ".") and beside != current
     assert release.new_release_dir(str(tmp_path), "r2", current, repair=True).endswith("/r2")
