@@ -67,30 +67,32 @@ def main() -> None:
                                 "path": "/srv/models"},
                                *node_cache_mounts(args.node_dir, args.uv_cache)]}
             ct = LabContainer(vmid, work, spec)
-            ct.destroy()
-            write_inventory(ct)
-            start = time.monotonic()
-            made = ct.provision()
-            create_s = time.monotonic() - start
-            if made.rc != 0:
-                sys.exit(f"{name}: could not make the container:\n{made.output[-3000:]}")
-            before = tree_bytes(args.node_dir)
-            start = time.monotonic()
-            run = ansible_playbook(["playbooks/toolchain.yml", "playbooks/sglang.yml"],
-                                   ct.inventory, extra_vars=extra, args=["--limit", name])
-            run_s = time.monotonic() - start
-            if run.rc != 0:
-                sys.exit(f"{name}: the run failed:\n{run.output[-4000:]}")
-            own = ct.exec("sh", "-c", "du -sb /var/cache/sglang-lxc/wheelhouse 2>/dev/null "
-                          "| cut -f1 || true", check=False).stdout.strip()
-            sent = tree_bytes(args.node_dir) - before + int(own or 0)
-            fig = {"container": n, "name": name, "create_s": round(create_s, 1),
-                   "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
-                   "changed": run.changed}
-            figures.append(fig)
-            print(json.dumps(fig), flush=True)
-            ct.destroy()
-            shutil.rmtree(work, ignore_errors=True)
+            try:
+                ct.destroy()
+                write_inventory(ct)
+                start = time.monotonic()
+                made = ct.provision()
+                create_s = time.monotonic() - start
+                if made.rc != 0:
+                    sys.exit(f"{name}: could not make the container:\n{made.output[-3000:]}")
+                before = tree_bytes(args.node_dir)
+                start = time.monotonic()
+                run = ansible_playbook(["playbooks/toolchain.yml", "playbooks/sglang.yml"],
+                                       ct.inventory, extra_vars=extra, args=["--limit", name])
+                run_s = time.monotonic() - start
+                if run.rc != 0:
+                    sys.exit(f"{name}: the run failed:\n{run.output[-4000:]}")
+                own = ct.exec("sh", "-c", "du -sb /var/cache/sglang-lxc/wheelhouse 2>/dev/null "
+                              "| cut -f1 || true", check=False).stdout.strip()
+                sent = tree_bytes(args.node_dir) - before + int(own or 0)
+                fig = {"container": n, "name": name, "create_s": round(create_s, 1),
+                       "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
+                       "changed": run.changed}
+                figures.append(fig)
+                print(json.dumps(fig), flush=True)
+            finally:  # a failed run leaves no container behind either
+                ct.destroy()
+                shutil.rmtree(work, ignore_errors=True)
     finally:
         if not args.keep_node:
             if args.node_dir != Path.home() / ".cache" / "sglang-lxc" / "wheelhouse":
