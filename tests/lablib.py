@@ -181,6 +181,20 @@ class LabContainer:
         shutil.rmtree(lab_root() / "data" / self.name, ignore_errors=True)
 
 
+def node_cache_mounts(wheels: str | Path | None = None, uv_cache: str | Path | None = None
+                      ) -> list[dict]:
+    """The node cache's mounts, as inventory/lab gives them to the lab's containers: the node's
+    wheel folder read-only (default: the controller wheelhouse, the lab's node is this machine)
+    and uv's cache read-write (default: the lab's node-cache/uv)."""
+    wheels = wheels or Path.home() / ".cache" / "sglang-lxc" / "wheelhouse"
+    uv_cache = uv_cache or lab_root() / "node-cache" / "uv"
+    return [
+        {"host_path": str(wheels), "path": "/var/cache/sglang-lxc/node/wheelhouse",
+         "read_only": True},
+        {"host_path": str(uv_cache), "path": "/var/cache/sglang-lxc/node/uv"},
+    ]
+
+
 def write_inventory(ct: LabContainer) -> None:
     """An inventory with the lab's group_vars and this one container in sglang_servers."""
     inv = ct.workdir / "inventory"

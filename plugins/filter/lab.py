@@ -4,9 +4,12 @@ from __future__ import annotations
 
 
 def lab_containers(
-    count, root: str, first_vmid: int = 200, subnet: str = "10.0.3", bridge: str = "lxcbr0"
+    count, root: str, first_vmid: int = 200, subnet: str = "10.0.3", bridge: str = "lxcbr0",
+    extra_mounts: list[dict] | None = None,
 ) -> list[dict]:
-    """Specs of the lab's containers: ct200, ct201, ... at 10.0.3.200, .201, ..."""
+    """Specs of the lab's containers: ct200, ct201, ... at 10.0.3.200, .201, ...
+
+    extra_mounts are added to every container (the node cache's mounts, shared by all)."""
     count = int(count)
     if not 1 <= count <= 20:
         raise ValueError(f"lab_containers: between 1 and 20 containers, got {count}")
@@ -25,6 +28,7 @@ def lab_containers(
                     {"host_path": f"{root}/data/{name}/checkpoints", "path": "/srv/checkpoints"},
                     # the JIT caches (sglang_lxc_cache_dir), kept across container recreation
                     {"host_path": f"{root}/data/{name}/cache", "path": "/var/cache/sglang"},
+                    *[dict(m) for m in extra_mounts or []],
                 ],
             }
         )

@@ -14,6 +14,17 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_stack import (
+    MARKER,
+    VERSIONS_CODE,
+    drift,
+    pip_install_argv,
+    read_marker,
+    requirements_text,
+    uv_install_argv,
+    uv_venv_argv,
+)
+from ansible.module_utils.uv_tool import ensure_uv, uv_env
 
 DOCUMENTATION = r"""
 module: sglang_stack_release
@@ -29,6 +40,13 @@ description:
     earlier layout) is moved into I(releases_dir) and kept as C(previous).
   - A failed install (disk full, killed, timed out, bad wheel) leaves I(venv) as it was; the
     message says what ran out or broke, and where.
+  - With I(installer=uv) (the default) uv's binary is taken out of its pinned wheel
+    (I(uv_wheel), checked against I(uv_sha256)) into I(uv_dir) once, the venv is made by
+    C(uv venv) (or C(python -m venv) when I(seed_pip)) and the stack installed by
+    C(uv pip install --offline --no-index --require-hashes) with uv's cache in I(uv_cache_dir).
+  - The release counts as current only when the venv link points at it and its completion
+    marker names I(release); I(repair) rebuilds a current release whose versions drifted, aside,
+    under a new folder name.
 options:
   venv:
     {description: Public venv path (becomes a symlink)., type: path, required: true}
@@ -40,8 +58,11 @@ options:
     {description: Python that creates the venv., type: path, required: true}
   wheel_dir:
     {description: Folder of the wheels (pip --find-links)., type: path, required: true}
-  requirements:
-    {description: Requirements file to install., type: path, required: true}
+  hashes:
+    description: sha256 of each pin's wheel ("name==version" -> hex); the release writes its
+      requirements file with them.
+    type: dict
+    required: true
   require_hashes:
     {description: Install with pip --require-hashes., type: bool, default: true}
   install_args:
@@ -61,6 +82,26 @@ options:
     {description: Seconds to wait for another install's lock., type: int, default: 600}
   timeout:
     {description: Seconds the install may take before it is stopped., type: int, default: 3600}
+  installer:
+    {description: Which installer runs., type: str, choices: [uv, pip], default: uv}
+  uv_wheel:
+    {description: "uv's wheel in I(wheel_dir) (installer=uv).", type: path}
+  uv_sha256:
+    {description: "sha256 of I(uv_wheel) from the tool lock.", type: str}
+  uv_dir:
+    {description: Folder of the uv binary on the target., type: path}
+  uv_cache_dir:
+    {description: "uv's cache (\"\" for none).", type: path, default: ""}
+  uv_link_mode:
+    {description: How uv puts files from its cache into the venv., type: str, default: copy,
+     choices: [copy, hardlink, symlink, clone]}
+  seed_pip:
+    {description: Create the venv with pip in it (python -m venv)., type: bool, default: false}
+  ignore_extra:
+    {description: Distributions allowed beside the pins., type: list, elements: str, default: []}
+  repair:
+    {description: Rebuild the release even when it is current (its versions drifted)., type: bool,
+     default: false}
 """
 
 RETURN = r"""
@@ -77,23 +118,14 @@ elapsed_s:
 """
 
 
-MARKER = ".sglang-lxc-release.json"
 # Free bytes under which a failed install is reported as a full filesystem.
 FULL_BELOW = 16 * 1024 * 1024
 PREVIOUS = "previous"
 
-VERIFY_CODE = r"""
-import importlib, importlib.metadata as md, json, re, sys
-pins, imports = json.loads(sys.argv[1])
-norm = lambda s: re.sub(r"[-_.]+", "-", s).lower()
-have = {norm(d.metadata["Name"] or ""): d.version for d in md.distributions()}
+IMPORTS_CODE = r"""
+import importlib, json, sys
 bad = []
-for pin in pins:
-    name, _, want = pin.partition("==")
-    got = have.get(norm(name))
-    if got is None or got.lower() != want.strip().lower():
-        bad.append("%s (found %s)" % (pin, got or "nothing"))
-for mod in imports:
+for mod in json.loads(sys.argv[1]):
     try:
         importlib.import_module(mod)
     except Exception as exc:
@@ -170,10 +202,12 @@ class Lock:
         return time.monotonic() - start
 
 
-def run(argv: list[str], timeout: int, lock_fd: int) -> tuple[int, str, bool]:
+def run(argv: list[str], timeout: int, lock_fd: int,
+        env: dict | None = None) -> tuple[int, str, bool]:
     """Run argv in its own process group holding the lock fd; stop the group after timeout."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, pass_fds=(lock_fd,))
+                            start_new_session=True, pass_fds=(lock_fd,),
+                            env={**os.environ, **(env or {})})
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out, False
@@ -214,13 +248,19 @@ def classify(out: str, rc: int, timed_out: bool, ctx: dict) -> str:
         return (f"no space left on {ctx['mount']} ({free} free now, about {human(ctx['need'])} "
                 f"needed) while installing the stack into {where}; the half-installed release was "
                 "removed and the current venv is unchanged. Free space there and run again.")
-    if "DO NOT MATCH THE HASHES" in out or "hash mismatch" in out.lower():
+    # pip: "THESE PACKAGES DO NOT MATCH THE HASHES"; uv: "Hash mismatch for `pin`", or, for a
+    # wheel cut short, "Failed to extract archive: <file>"
+    if ("DO NOT MATCH THE HASHES" in out or "hash mismatch" in out.lower()
+            or "Failed to extract archive" in out):
         bad = re.findall(r"^\s*(\S+\.whl)\b.*$", out, re.M)
+        bad += re.findall(r"[Hh]ash mismatch for `([^`]+)`", out)
+        bad += re.findall(r"Failed to extract archive: (\S+\.whl)", out)
         named = ", ".join(sorted(set(bad))) or tail
         return (f"a wheel in {ctx['wheel_dir']} does not match the lock's sha256 ({named}); remove "
                 "it there and run again, the wheelhouse copies it anew. The current venv is "
                 "unchanged.")
-    return (f"pip install into {where} failed (exit {rc}); the current venv is unchanged. "
+    return (f"{ctx.get('installer', 'pip')} install into {where} failed (exit {rc}); "
+            "the current venv is unchanged. "
             f"Last output: {tail}")
 
 
@@ -231,6 +271,61 @@ def remove_tree(path: str) -> None:
             os.unlink(path)
 
 
+def new_release_dir(releases: str, release: str, current: str | None, repair: bool) -> str:
+    """Folder to build the release in: its own name, or beside the live one when that folder is
+    what the link serves (a repair, or a marker lost by hand): the live venv is never rebuilt."""
+    path = os.path.join(releases, release)
+    if current and os.path.realpath(path) == current:
+        return f"{path}.{time.strftime('%Y%m%d%H%M%S')}"
+    return path
+
+
+def check_release(release_dir: str, p: dict, lock_fd: int) -> list[str]:
+    """Every pin at its exact version, nothing beside them, then the imports."""
+    python = os.path.join(release_dir, "bin", "python")
+    rc, out, _ = run([python, "-I", "-c", VERSIONS_CODE], 600, lock_fd)
+    lines = out.strip().splitlines()
+    if rc != 0 or not lines:
+        return [out[-2000:]]
+    d = drift(p["pins"], json.loads(lines[-1])["versions"], p["ignore_extra"])
+    problems = [f"{pin} (found nothing)" for pin in d["missing"]]
+    problems += [f"{w['pin']} (found {w['found']})" for w in d["wrong"]]
+    problems += [f"{x} (not in the lock)" for x in d["extra"]]
+    if p["imports"]:
+        rc, out, _ = run([python, "-c", IMPORTS_CODE, json.dumps(p["imports"])], 600, lock_fd)
+        lines = out.strip().splitlines()
+        problems += json.loads(lines[-1]) if rc == 0 and lines else [out[-2000:]]
+    return problems
+
+
+def install(p: dict, release_dir: str, lock_fd: int, ctx: dict) -> tuple[int, str, bool]:
+    """Make the venv at release_dir and install the pins into it."""
+    releases = ctx["releases_dir"]
+    reqs = os.path.join(releases, f".requirements-{os.path.basename(release_dir)}.txt")
+    with open(reqs, "w", encoding="utf-8") as fh:
+        fh.write(requirements_text(p["pins"], p["hashes"]))
+    args = list(p["install_args"])
+    if p["installer"] == "uv":
+        env = uv_env(p["uv_cache_dir"], p["uv_link_mode"])
+        venv_argv = ([p["python"], "-m", "venv", release_dir] if p["seed_pip"]
+                     else uv_venv_argv(ctx["uv"], p["python"], release_dir))
+        rc, out, timed_out = run(venv_argv, 300, lock_fd, env)
+        if rc == 0:
+            rc, out, timed_out = run(uv_install_argv(ctx["uv"], release_dir, p["wheel_dir"], reqs,
+                                                     p["require_hashes"], args),
+                                     p["timeout"], lock_fd, env)
+    else:
+        # pip installs with the venv's own pip
+        rc, out, timed_out = run([p["python"], "-m", "venv", release_dir], 300, lock_fd)
+        if rc == 0:
+            rc, out, timed_out = run(pip_install_argv(release_dir, p["wheel_dir"], reqs,
+                                                      p["require_hashes"], args),
+                                     p["timeout"], lock_fd)
+    with contextlib.suppress(OSError):
+        os.unlink(reqs)
+    return rc, out, timed_out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -239,7 +334,7 @@ def main() -> None:
             "release": {"type": "str", "required": True},
             "python": {"type": "path", "required": True},
             "wheel_dir": {"type": "path", "required": True},
-            "requirements": {"type": "path", "required": True},
+            "hashes": {"type": "dict", "required": True},
             "require_hashes": {"type": "bool", "default": True},
             "install_args": {"type": "list", "elements": "str", "default": []},
             "pins": {"type": "list", "elements": "str", "default": []},
@@ -248,19 +343,29 @@ def main() -> None:
             "lock_file": {"type": "path", "required": True},
             "lock_wait": {"type": "int", "default": 600},
             "timeout": {"type": "int", "default": 3600},
+            "installer": {"type": "str", "choices": ["uv", "pip"], "default": "uv"},
+            "uv_wheel": {"type": "path"},
+            "uv_sha256": {"type": "str"},
+            "uv_dir": {"type": "path"},
+            "uv_cache_dir": {"type": "path", "default": ""},
+            "uv_link_mode": {"type": "str", "default": "copy",
+                             "choices": ["copy", "hardlink", "symlink", "clone"]},
+            "seed_pip": {"type": "bool", "default": False},
+            "ignore_extra": {"type": "list", "elements": "str", "default": []},
+            "repair": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     venv, releases = p["venv"].rstrip("/"), p["releases_dir"].rstrip("/")
-    release_dir = os.path.join(releases, p["release"])
-    marker = os.path.join(release_dir, MARKER)
     previous_link = os.path.join(releases, PREVIOUS)
     current = link_target(venv)
-    legacy = os.path.isdir(venv) and not os.path.islink(venv)
-    up_to_date = current == os.path.realpath(release_dir) and os.path.isfile(marker)
-    result = {"release": release_dir, "previous": link_target(previous_link), "removed": [],
-              "installed": False, "elapsed_s": 0.0, "lock_waited_s": 0.0}
+    marker = read_marker(current) if current else None
+    up_to_date = bool(marker) and marker.get("release") == p["release"] and not p["repair"]
+    release_dir = new_release_dir(releases, p["release"], current, p["repair"])
+    result = {"release": current if up_to_date else release_dir,
+              "previous": link_target(previous_link), "removed": [], "installed": False,
+              "elapsed_s": 0.0, "lock_waited_s": 0.0, "installer": p["installer"]}
     if up_to_date:
         module.exit_json(changed=False, **result)
     if module.check_mode:
@@ -280,9 +385,14 @@ def main() -> None:
     # State may have moved while we waited.
     current = link_target(venv)
     legacy = os.path.isdir(venv) and not os.path.islink(venv)
+    release_dir = new_release_dir(releases, p["release"], current, p["repair"])
+    result["release"] = release_dir
+    marker = os.path.join(release_dir, MARKER)
     ctx = {"release_dir": release_dir, "releases_dir": releases, "mount": mount_point(releases),
-           "need": p["need_bytes"], "timeout": p["timeout"], "wheel_dir": p["wheel_dir"]}
-    if not os.path.isfile(marker):
+           "need": p["need_bytes"], "timeout": p["timeout"], "wheel_dir": p["wheel_dir"],
+           "installer": p["installer"]}
+    done = read_marker(release_dir)
+    if not (done and done.get("release") == p["release"]):
         if os.path.lexists(release_dir):
             remove_tree(release_dir)
             result["removed"].append(release_dir)
@@ -295,23 +405,27 @@ def main() -> None:
                 f"{human(p['need_bytes'])} needed) to install the stack into {release_dir}; the "
                 "current venv is unchanged. Free space there and run again."), **result)
         start = time.monotonic()
-        rc, out, timed_out = run([p["python"], "-m", "venv", release_dir], 300, lock.fd)
-        if rc == 0:
-            argv = [os.path.join(release_dir, "bin", "python"), "-m", "pip", "install",
-                    "--no-index", "--find-links", p["wheel_dir"], "--disable-pip-version-check",
-                    "--no-input",
-                    "--progress-bar", "off", "--no-cache-dir", "--requirement", p["requirements"]]
-            argv += (["--require-hashes"] if p["require_hashes"] else []) + p["install_args"]
-            rc, out, timed_out = run(argv, p["timeout"], lock.fd)
+        if p["installer"] == "uv":
+            if not (p["uv_wheel"] and p["uv_sha256"] and p["uv_dir"]):
+                module.fail_json(msg="installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's "
+                                 "wheel is not in the set); the current venv is unchanged.",
+                                 **result)
+            try:
+                ctx["uv"], result["uv_extracted"] = ensure_uv(
+                    p["uv_wheel"], p["uv_sha256"], p["uv_dir"])
+            except (OSError, ValueError) as exc:
+                module.fail_json(msg=f"could not take uv out of its wheel: {exc}; the current "
+                                 "venv is unchanged.", **result)
+        try:
+            rc, out, timed_out = install(p, release_dir, lock.fd, ctx)
+        except (OSError, ValueError) as exc:
+            rc, out, timed_out = 1, str(exc), False
         if rc != 0:
             ctx["free_at_failure"] = free_bytes(releases)
             msg = classify(out, rc, timed_out, ctx)
             remove_tree(release_dir)
             module.fail_json(msg=msg, rc=rc, stdout=out[-4000:], **result)
-        rc, out, _ = run([os.path.join(release_dir, "bin", "python"), "-c", VERIFY_CODE,
-                          json.dumps([p["pins"], p["imports"]])], 600, lock.fd)
-        lines = out.strip().splitlines()
-        problems = json.loads(lines[-1]) if rc == 0 and lines else [out[-2000:]]
+        problems = check_release(release_dir, p, lock.fd)
         if problems:
             remove_tree(release_dir)
             module.fail_json(msg=(
@@ -320,6 +434,7 @@ def main() -> None:
         tmp = f"{marker}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump({"release": p["release"], "pins": len(p["pins"]), "imports": p["imports"],
+                       "installer": p["installer"],
                        "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, fh)
             fh.flush()
             os.fsync(fh.fileno())

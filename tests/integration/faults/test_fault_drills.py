@@ -3,7 +3,9 @@
 A small lock (tests/integration/faults/locks: five small pure-Python wheels, pinned with their
 sha256) goes through the same roles and play as the real stack (playbooks/sglang.yml), selected by
 variables only. /opt/sglang (venv parent: releases, the venv link, the install lock) is a 96 MiB
-tmpfs on the host, bind-mounted into the container, so the disk can be filled for real.
+tmpfs on the host, bind-mounted into the container, so the disk can be filled for real. The wheels
+reach the container through a node cache of this suite's own (read-only mount) and uv installs
+them, with its cache on the node (read-write mount).
 
 After each fault: a rerun converges, a second rerun reports changed=0, and the venv that served
 before the fault still imports (it is current, or kept as `previous`).
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lablib import REPO, VENV_BIN, lab_env, lab_root
+from tests.lablib import REPO, VENV_BIN, lab_env, lab_root, node_cache_mounts
 
 pytestmark = pytest.mark.lab
 
@@ -36,6 +38,8 @@ PREFIX = "/opt/sglang"
 VENV = f"{PREFIX}/venv"
 RELEASES = f"{PREFIX}/venvs"
 LOCK = f"{PREFIX}/.sglang-lxc-install.lock"
+# The node cache's wheel folder as the container sees it (read-only mount).
+NODE_WHEELS = "/var/cache/sglang-lxc/node/wheelhouse"
 TMPFS_MB = 96
 
 
@@ -66,7 +70,16 @@ def controller_wheelhouse(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ct(lab_container, controller_wheelhouse):
+def node_cache(tmp_path_factory) -> tuple[Path, Path]:
+    """This suite's own node cache (wheels, uv's cache): the drills corrupt nothing shared."""
+    root = tmp_path_factory.mktemp("faults-node")
+    (root / "wheels").mkdir()
+    (root / "uv").mkdir()
+    return root / "wheels", root / "uv"
+
+
+@pytest.fixture(scope="module")
+def ct(lab_container, controller_wheelhouse, node_cache):
     host_dir = lab_root() / "data" / f"ct{VMID}-opt"
     subprocess.run(["umount", str(host_dir)], capture_output=True, check=False)
     host_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +93,7 @@ def ct(lab_container, controller_wheelhouse):
                 {"host_path": str(lab_root() / "data" / f"ct{VMID}" / "models"),
                  "path": "/srv/models"},
                 {"host_path": str(host_dir), "path": PREFIX},
+                *node_cache_mounts(*node_cache),
             ],
         )
         ct.drill_vars = lambda version="0.1.4", **extra: {
@@ -89,6 +103,8 @@ def ct(lab_container, controller_wheelhouse):
             "sglang_download_extra_args": ["--no-deps"],
             "sglang_stack_verify_imports": ["idna", "six", "nest_asyncio"],
             "sglang_kernel_from_source": False,
+            "sglang_lxc_node_wheelhouse": str(node_cache[0]),
+            "sglang_lxc_node_uv_cache": str(node_cache[1]),
             **extra,
         }
         yield ct
@@ -190,8 +206,11 @@ def test_converge_builds_a_release_and_switches_the_link(ct):
     assert link.startswith("venvs/0.1.4-"), link
     assert venv_versions(ct) == {"idna": "3.10", "sglang": "0.1.4", "six": "1.17.0"}
     # the target installed with hash checking on, from a file carrying the lock's sha256
-    reqs = sh(ct, "cat /var/cache/sglang-lxc/wheelhouse/sglang-0.1.4/requirements-*.txt")
+    reqs = sh(ct, f"cat {NODE_WHEELS}/sglang-0.1.4/requirements-*.txt")
     assert "idna==3.10 --hash=sha256:" + lock_pins("0.1.4")["idna==3.10"] in reqs
+    # the wheels came through the node's folder, read-only in the container; uv installed them
+    assert "Read-only file system" in sh(ct, f"touch {NODE_WHEELS}/x 2>&1 || true")
+    assert json.loads(sh(ct, f"cat {VENV}/.sglang-lxc-release.json"))["installer"] == "uv"
     again = converge(ct)
     assert again.rc == 0 and again.changed == 0, str(again)
     check = ct.run_playbook(PLAYBOOK, extra_vars=ct.drill_vars("0.1.5"), check=True)
@@ -203,6 +222,9 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
     wheel = next((controller_wheelhouse / "sglang-0.1.4").glob("idna-3.10-*.whl"))
     data = wheel.read_bytes()
     wheel.write_bytes(data[: len(data) // 2])
+    # the stack path runs only on drift: take six out of the live venv, as a stray pip would
+    sh(ct, f"rm -rf {VENV}/lib/python3*/site-packages/six-*.dist-info")
+    live = sh(ct, f"readlink -f {VENV}")
     start = time.monotonic()
     result = converge(ct)
     print(f"truncated wheel drill: {time.monotonic() - start:.1f} s")
@@ -210,6 +232,10 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
     assert str(wheel) in result.output  # the message names the controller's copy
     assert "does not match the lock's sha256" in result.output
     assert hashlib.sha256(wheel.read_bytes()).hexdigest() == lock_pins("0.1.4")["idna==3.10"]
+    assert "1 missing (six==1.17.0)" in result.output  # what the probe found
+    # repaired aside: a new folder for the same release, the damaged one kept as previous
+    assert sh(ct, f"readlink -f {VENV}") != live
+    assert sh(ct, f"readlink -f {RELEASES}/previous") == live
     assert_recovers(ct, "0.1.4")
 
 
@@ -236,20 +262,20 @@ def test_a_held_install_lock_is_waited_for_or_reported(ct):
     assert_recovers(ct, "0.1.5", old_venv=f"{RELEASES}/previous")
 
 
-def test_kill_9_of_pip_and_the_controller_mid_install(ct):
+def test_kill_9_of_the_installer_and_the_controller_mid_install(ct):
     drop_previous(ct)
     old = sh(ct, f"readlink -f {VENV}")
     target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
-    # Kill pip (and its parent, the module) as soon as it has unpacked its first package,
-    # while the controller's ansible-playbook is killed too.
+    # As soon as the new release's folder exists, kill -9 whatever the module runs on it (uv
+    # venv, uv pip install, or the release's check) and its parent, the module, while the
+    # controller's ansible-playbook is killed too. uv takes well under a second for this lock, so
+    # the watcher polls without sleeping.
     watcher = (
-        f"for i in $(seq 1 30000); do "
-        f"  if ls -d {RELEASES}/{target}-*/lib/python3*/site-packages/*.dist-info 2>/dev/null "
-        f"     | grep -qE '/(idna|six|nest_asyncio|packaging|sglang)-'; then "
-        f"    pid=$(pgrep -f 'pip install --no-index' | head -n1); "
-        f"    [ -n \"$pid\" ] && {{ ppid=$(ps -o ppid= -p $pid); kill -9 $pid $ppid; "
-        f"      echo killed; exit 0; }}; "
-        f"  fi; sleep 0.01; done; echo missed"
+        f"for i in $(seq 1 200000); do "
+        f"  pid=$(pgrep -f '{RELEASES}/{target}-' | head -n1); "
+        f"  if [ -n \"$pid\" ]; then ppid=$(ps -o ppid= -p $pid); "
+        f"    kill -9 $pid $ppid; echo killed; exit 0; fi; "
+        f"done; echo missed"
     )
     ct.exec("sh", "-c", f"cat > /tmp/watcher.sh <<'EOF'\n{watcher}\nEOF\n")
     ct.exec("sh", "-c", "rm -f /tmp/watcher.log; setsid sh /tmp/watcher.sh > /tmp/watcher.log 2>&1 "
@@ -267,6 +293,8 @@ def test_kill_9_of_pip_and_the_controller_mid_install(ct):
     result = converge(ct, target)
     assert result.rc == 0, str(result)
     assert "removed the half-installed release" in result.output
+    # the probe did not take the unmarked release for current: it reported drift
+    assert "Say what would change in the stack" in result.output
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 
 
@@ -308,7 +336,9 @@ def test_disk_full_mid_upgrade_names_the_filesystem(ct):
     assert f"no space left on {PREFIX} (" in result.output, str(result)
     assert "needed" in result.output
     assert sh(ct, f"readlink -f {VENV}") == old
-    # with the check off, the disk runs full while the venv is being made: ENOSPC, named
+    # with the check off, the disk runs full while uv fills the release (the lock's wheels take
+    # about 1.5 MB unpacked; leave 256 KiB): ENOSPC, named
+    sh(ct, f"fallocate -l $(( {avail} - 256*1024 )) {PREFIX}/filler2")
     start = time.monotonic()
     result = converge(ct, target, sglang_stack_space_factor=0, sglang_stack_space_overhead_mb=0)
     print(f"disk full drill: {time.monotonic() - start:.1f} s")
@@ -318,7 +348,7 @@ def test_disk_full_mid_upgrade_names_the_filesystem(ct):
     assert sh(ct, f"readlink -f {VENV}") == old  # the old venv still serves
     assert venv_versions(ct) == before
     assert sh(ct, f"ls -d {RELEASES}/{target}-* 2>/dev/null || true") == ""  # partial removed
-    sh(ct, f"rm -f {PREFIX}/filler")
+    sh(ct, f"rm -f {PREFIX}/filler {PREFIX}/filler2")
     assert_recovers(ct, target, old_venv=old)
 
 

@@ -3,9 +3,10 @@
 One container per run (vmid 270): the toolchain play (role cuda_toolkit), then the *builders*
 subset of the sglang lock (torch, its NVIDIA libraries, triton, flashinfer-python, sglang and what
 ``sglang.srt.server_args`` imports) at the lock's exact pins, installed into the serving venv path
-through the wheelhouse role. The wheels come from the controller wheelhouse (the same key as the
-full stack, so a full-stack install reuses them), which is bind-mounted read-only at the role's
-target folder: the wheelhouse role finds every wheel present and copies nothing.
+through the wheelhouse role, by uv. The wheels come from the lab's node cache: the controller
+wheelhouse (the same key as the full stack, so a full-stack install reuses them) bind-mounted
+read-only into the container, so the wheelhouse role finds every wheel present and copies nothing;
+uv's cache is the node's too (read-write mount), so a second run unpacks nothing again.
 
 Then the real builders: torch ``cpp_extension`` (cub, ``cuda::std``, ``-lcudart``, arch 12.0),
 flashinfer's JIT (``JitSpec.build`` of its activation kernel for SM120), Triton ahead of time for
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lablib import REPO, lab_root, pct
+from tests.lablib import REPO, lab_root, node_cache_mounts, pct
 from tests.loaders import load_file
 
 pytestmark = pytest.mark.lab
@@ -38,7 +39,6 @@ ENV_FILE = "/etc/sglang/cuda.env"
 CACHE = "/var/cache/sglang"
 LOCK = REPO / "roles/sglang/files/locks/sglang-0.5.12.txt"
 KEY = "sglang-0.5.12"  # the sglang role's wheelhouse key: one download serves both sets
-TARGET_WHEELS = f"/var/cache/sglang-lxc/wheelhouse/{KEY}"
 SCRIPT = Path(__file__).parent / "scripts" / "builders.py"
 # Wheels of the lock that none of the builders loads: prebuilt kernels (flashinfer-cubin,
 # sglang-kernel, which also needs the driver to import), media and data libraries, other
@@ -109,7 +109,8 @@ def ct(lab_container):
         mounts=[
             {"host_path": str(data / "models"), "path": "/srv/models"},
             {"host_path": str(data / "cache"), "path": CACHE},
-            {"host_path": str(wheelhouse / KEY), "path": TARGET_WHEELS, "read_only": True},
+            # the lab's node cache: the controller wheelhouse read-only, uv's cache read-write
+            *node_cache_mounts(wheelhouse),
         ],
     )
     extra = {"sglang_lxc_wheelhouse": str(wheelhouse)}

@@ -14,6 +14,10 @@ import pytest
 from tests.loaders import ROOT, load_file
 
 verify_mod = load_file("wheelhouse_verify", ROOT / "plugins/modules/wheelhouse_verify.py")
+sys.modules["ansible.module_utils.sglang_stack"] = load_file(
+    "sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
+sys.modules["ansible.module_utils.uv_tool"] = load_file(
+    "uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
 release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
 
 
@@ -115,6 +119,10 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
         ("ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n"
          "    idna==3.10 from /w/idna-3.10-py3-none-any.whl:\n",
          "does not match the lock's sha256"),
+        ("error: Failed to download `idna==3.10`\n  cause: Hash mismatch for `idna==3.10`\n",
+         "does not match the lock's sha256 (idna==3.10)"),
+        ("error: Failed to download `idna==3.10`\n  cause: Failed to extract archive: "
+         "idna-3.10-py3-none-any.whl\n", "(idna-3.10-py3-none-any.whl)"),
         ("ERROR: something else", "pip install into /r failed (exit 1)"),
     ],
 )

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A new container's toolchain + stack with the node cache, and the bytes it takes from the
+controller. Prints figures.
+
+Makes lab containers one after another on this machine (the lab's node), each with the node
+cache's mounts (wheels read-only, uv's cache read-write), and runs playbooks/toolchain.yml and
+playbooks/sglang.yml on it (the default lock, the lab's inventory). For each container it prints
+the wall time of that run and the bytes that crossed from the controller's wheelhouse into the
+node's wheel folder or into the container. By default the node's wheel folder is the controller
+wheelhouse, as in the lab inventory (the lab's node is the controller), and uv's cache on the node
+starts empty (--uv-cache, removed afterwards unless --keep-node): the first container fills uv's
+cache, the next ones find it warm. --node-dir names a node folder of its own, which the first
+container then fills through Ansible's copy (3.8 GB for the default lock: slow on two cores).
+
+    .venv/bin/python benchmarks/new_container.py --vmids 203 204 205
+
+Each container is destroyed after its figures are taken. Not a test: timings on a shared machine
+are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.lablib import (  # noqa: E402  (the repository root is put on the path just above)
+    LabContainer,
+    ansible_playbook,
+    lab_root,
+    node_cache_mounts,
+    write_inventory,
+)
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vmids", type=int, nargs="+", default=[203, 204, 205])
+    ap.add_argument("--node-dir", type=Path,
+                    default=Path.home() / ".cache" / "sglang-lxc" / "wheelhouse")
+    ap.add_argument("--uv-cache", type=Path, default=lab_root() / "node-cache" / "bench-uv")
+    ap.add_argument("--keep-node", action="store_true", help="keep the node folders afterwards")
+    args = ap.parse_args()
+    for d in (args.node_dir, args.uv_cache):
+        d.mkdir(parents=True, exist_ok=True)
+    extra = {"sglang_lxc_node_wheelhouse": str(args.node_dir),
+             "sglang_lxc_node_uv_cache": str(args.uv_cache)}
+    figures = []
+    try:
+        for n, vmid in enumerate(args.vmids, 1):
+            name = f"ct{vmid}"
+            work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+            spec = {"name": name, "vmid": vmid, "ip": f"10.0.3.{vmid}/24",
+                    "gateway": "10.0.3.1",
+                    "mounts": [{"host_path": str(lab_root() / "data" / name / "models"),
+                                "path": "/srv/models"},
+                               *node_cache_mounts(args.node_dir, args.uv_cache)]}
+            ct = LabContainer(vmid, work, spec)
+            try:
+                ct.destroy()
+                write_inventory(ct)
+                start = time.monotonic()
+                made = ct.provision()
+                create_s = time.monotonic() - start
+                if made.rc != 0:
+                    sys.exit(f"{name}: could not make the container:\n{made.output[-3000:]}")
+                before = tree_bytes(args.node_dir)
+                start = time.monotonic()
+                run = ansible_playbook(["playbooks/toolchain.yml", "playbooks/sglang.yml"],
+                                       ct.inventory, extra_vars=extra, args=["--limit", name])
+                run_s = time.monotonic() - start
+                if run.rc != 0:
+                    sys.exit(f"{name}: the run failed:\n{run.output[-4000:]}")
+                own = ct.exec("sh", "-c", "du -sb /var/cache/sglang-lxc/wheelhouse 2>/dev/null "
+                              "| cut -f1 || true", check=False).stdout.strip()
+                sent = tree_bytes(args.node_dir) - before + int(own or 0)
+                fig = {"container": n, "name": name, "create_s": round(create_s, 1),
+                       "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
+                       "changed": run.changed}
+                figures.append(fig)
+                print(json.dumps(fig), flush=True)
+            finally:  # a failed run leaves no container behind either
+                ct.destroy()
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if not args.keep_node:
+            if args.node_dir != Path.home() / ".cache" / "sglang-lxc" / "wheelhouse":
+                shutil.rmtree(args.node_dir, ignore_errors=True)
+            shutil.rmtree(args.uv_cache, ignore_errors=True)
+    print("\ncontainer  create_s  toolchain+stack_s  bytes_from_controller")
+    for f in figures:
+        print(f"{f['container']:>9}  {f['create_s']:>8}  {f['toolchain_and_stack_s']:>17}  "
+              f"{f['bytes_from_controller']:>21}")
+
+
+if __name__ == "__main__":
+    main()

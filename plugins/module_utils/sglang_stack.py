@@ -1,0 +1,125 @@
+"""The serving stack's logic, shared by the probe (sglang_stack_probe) and the installer
+(sglang_stack_release): drift of a venv against the lock, the installer command lines and the
+requirements file with sha256 (uv itself: module_utils/uv_tool.py).
+
+Pure functions where possible, unit-tested in tests/unit/sglang/test_stack_logic.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+# Completion marker of a release venv: written last, after the venv passed its check.
+MARKER = ".sglang-lxc-release.json"
+
+# Distributions a venv may hold beyond the lock without counting as drift: what `python -m venv`
+# seeds (the kernel build path keeps pip in the venv).
+VENV_SEEDS = ("pip", "setuptools", "wheel")
+
+# Run by the venv's own python: every installed distribution's exact version, as JSON.
+VERSIONS_CODE = r"""
+import importlib.metadata as md, json, sys
+out = {}
+for d in md.distributions():
+    name = d.metadata["Name"]
+    if name:
+        out.setdefault(name, d.version)
+print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "versions": out}))
+"""
+
+
+def norm(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def split_pin(pin: str) -> tuple[str, str]:
+    name, sep, version = pin.partition("==")
+    if not sep or not name.strip() or not version.strip():
+        raise ValueError(f"not an exact pin (name==version): {pin!r}")
+    return name.strip(), version.strip()
+
+
+def drift(pins: list[str], installed: dict[str, str], ignore_extra: list[str] = ()) -> dict:
+    """Compare installed {name: version} with name==version pins.
+
+    Returns missing (pins not installed), wrong ({pin, found}), extra (installed names the lock
+    lacks, less ignore_extra and the venv's seeds).
+    """
+    have = {norm(k): (k, v) for k, v in installed.items()}
+    want = {}
+    for pin in pins:
+        name, version = split_pin(pin)
+        want[norm(name)] = (pin, version)
+    missing, wrong = [], []
+    for key, (pin, version) in sorted(want.items()):
+        if key not in have:
+            missing.append(pin)
+        elif have[key][1].lower() != version.lower():
+            wrong.append({"pin": pin, "found": have[key][1]})
+    ignored = {norm(n) for n in list(ignore_extra) + list(VENV_SEEDS)}
+    extra = sorted(f"{have[k][0]}=={have[k][1]}" for k in have
+                   if k not in want and k not in ignored)
+    return {"missing": missing, "wrong": wrong, "extra": extra}
+
+
+def describe(d: dict, limit: int = 8) -> str:
+    """One line for a drift dict: what would change."""
+    parts = []
+    if d.get("missing"):
+        parts.append(f"{len(d['missing'])} missing ({', '.join(d['missing'][:limit])}"
+                     + (", ..." if len(d["missing"]) > limit else "") + ")")
+    if d.get("wrong"):
+        shown = [f"{w['pin']} (found {w['found']})" for w in d["wrong"][:limit]]
+        parts.append(f"{len(d['wrong'])} at another version ({', '.join(shown)}"
+                     + (", ..." if len(d["wrong"]) > limit else "") + ")")
+    if d.get("extra"):
+        parts.append(f"{len(d['extra'])} not in the lock ({', '.join(d['extra'][:limit])}"
+                     + (", ..." if len(d["extra"]) > limit else "") + ")")
+    return "; ".join(parts) or "no version drift"
+
+
+def requirements_text(pins: list[str], hashes: dict[str, str]) -> str:
+    """A requirements file with each pin's sha256 (for --require-hashes)."""
+    lines = []
+    for pin in pins:
+        split_pin(pin)
+        digest = hashes.get(pin)
+        if not digest or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"no sha256 for {pin} in the lock")
+        lines.append(f"{pin} --hash=sha256:{digest}")
+    return "\n".join(lines) + "\n"
+
+
+def uv_venv_argv(uv: str, python: str, venv: str) -> list[str]:
+    """uv creates a venv without pip, from the given interpreter, without any download."""
+    return [uv, "venv", "--no-config", "--offline", "--no-python-downloads", "--python", python,
+            venv]
+
+
+def uv_install_argv(uv: str, venv: str, wheel_dir: str, requirements: str,
+                    require_hashes: bool = True, extra: list[str] = ()) -> list[str]:
+    """uv pip install from a wheel folder only: no index, no network, hashes checked."""
+    argv = [uv, "pip", "install", "--no-config", "--offline", "--no-index",
+            "--find-links", wheel_dir, "--python", os.path.join(venv, "bin", "python"),
+            "--requirement", requirements]
+    return argv + (["--require-hashes"] if require_hashes else []) + list(extra)
+
+
+def pip_install_argv(venv: str, wheel_dir: str, requirements: str, require_hashes: bool = True,
+                     extra: list[str] = ()) -> list[str]:
+    argv = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index",
+            "--find-links", wheel_dir, "--disable-pip-version-check", "--no-input",
+            "--progress-bar", "off", "--no-cache-dir", "--requirement", requirements]
+    return argv + (["--require-hashes"] if require_hashes else []) + list(extra)
+
+
+def read_marker(release_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(release_dir, MARKER), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,123 @@
+#!/usr/bin/python
+"""Read the serving venv's whole state in one call and return its drift against the lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_stack import (
+    VERSIONS_CODE,
+    describe,
+    drift,
+    read_marker,
+)
+
+DOCUMENTATION = r"""
+module: sglang_stack_probe
+short_description: The serving venv's state against the lock, in one call (read-only)
+description:
+  - Reads where the public venv path points, that release's completion marker (written last by
+    sglang_stack_release, after the release passed its check), and every installed
+    distribution's exact version, read by the venv's own python with importlib.metadata.
+  - Returns the drift against the lock. C(drifted) is true when the marker is missing or names
+    another release, or when a pin is missing, at another version, or a distribution the lock
+    lacks is installed (less I(ignore_extra) and the venv's own pip/setuptools/wheel).
+  - Changes nothing; it runs the same in check mode.
+options:
+  venv:
+    {description: Public venv path (a symlink to the current release)., type: path, required: true}
+  release:
+    {description: Name of the release the lock asks for., type: str, required: true}
+  pins:
+    {description: name==version pins of the lock., type: list, elements: str, required: true}
+  ignore_extra:
+    description: Distributions installed beside the lock on purpose (a kernel built from source).
+    type: list
+    elements: str
+    default: []
+"""
+
+RETURN = r"""
+drifted:
+  {description: Whether anything of the stack must change., type: bool, returned: always}
+link:
+  {description: Where the venv path points (null when not a symlink)., type: str, returned: always}
+marker:
+  {description: The current release's completion marker (null when none)., type: dict,
+   returned: always}
+release_current:
+  {description: The link's release is complete and is the one asked for., type: bool,
+   returned: always}
+missing: {description: Pins not installed., type: list, returned: always}
+wrong:
+  {description: "Pins installed at another version ({pin, found})", type: list, returned: always}
+extra: {description: Installed distributions the lock lacks., type: list, returned: always}
+reasons: {description: Why the stack drifted, one line each., type: list, returned: always}
+"""
+
+def installed_versions(venv: str) -> tuple[dict[str, str] | None, str]:
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        return None, f"{python} does not exist"
+    proc = subprocess.run([python, "-I", "-c", VERSIONS_CODE], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if proc.returncode != 0:
+        return None, f"{python} failed: {proc.stderr.strip()[-300:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])["versions"], ""
+
+
+def probe(venv: str, release: str, pins: list[str], ignore_extra: list[str]) -> dict:
+    link = os.path.realpath(venv) if os.path.islink(venv) else None
+    marker = read_marker(link) if link and os.path.isdir(link) else None
+    release_current = bool(marker) and marker.get("release") == release
+    reasons = []
+    if os.path.isdir(venv) and not link:
+        reasons.append(f"{venv} is a folder, not a link to a release (an in-place venv)")
+    elif not link:
+        reasons.append(f"{venv} does not exist")
+    elif not marker:
+        reasons.append(f"{link} has no completion marker (not a finished release)")
+    elif not release_current:
+        reasons.append(
+            f"{venv} serves release {marker.get('release')}, the lock asks for {release}")
+    result = {"link": link, "marker": marker, "release_current": release_current,
+              "missing": [], "wrong": [], "extra": []}
+    if link or os.path.isdir(venv):
+        versions, error = installed_versions(venv)
+        if versions is None:
+            reasons.append(error)
+        else:
+            d = drift(pins, versions, ignore_extra)
+            result.update(d)
+            if d["missing"] or d["wrong"] or d["extra"]:
+                reasons.append(describe(d))
+    else:
+        result["missing"] = list(pins)
+    result["reasons"] = reasons
+    result["drifted"] = bool(reasons)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "venv": {"type": "path", "required": True},
+            "release": {"type": "str", "required": True},
+            "pins": {"type": "list", "elements": "str", "required": True},
+            "ignore_extra": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = probe(p["venv"].rstrip("/"), p["release"], p["pins"], p["ignore_extra"])
+    except (ValueError, subprocess.SubprocessError) as exc:
+        module.fail_json(msg=f"could not read the serving venv {p['venv']}: {exc}")
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
