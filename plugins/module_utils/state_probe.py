@@ -24,6 +24,10 @@ Check kinds (keys of a concern):
 - ``python_headers``: interpreters whose ``Python.h`` must exist.
 - ``cuda_links``: ``{cuda_home, cccl_headers, lib64, unversioned_libs, libcuda_stub}``: the plan
   of module cuda_toolkit_links must be empty.
+- ``groups``: group names that must exist; ``users``: ``{name, group, home, shell}`` accounts
+  that must exist with those (keys left out are not checked).
+- ``services``: ``{name, enabled, active}``: systemd units enabled and running (one
+  ``systemctl show`` for all of them).
 
 A concern with ``enabled: false`` is neither read nor reported; ``follows: [names]`` makes a
 concern drift whenever one of those did (a new release needs its links and switch).
@@ -303,10 +307,72 @@ def check_cuda_links(spec: dict, runner: Runner = run) -> list[str]:
     return reasons
 
 
+def check_groups(names: list[str]) -> list[str]:
+    reasons = []
+    for name in names:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            reasons.append(f"group {name}: missing")
+    return reasons
+
+
+def check_users(specs: list[dict]) -> list[str]:
+    reasons = []
+    for spec in specs:
+        name = spec["name"]
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            reasons.append(f"user {name}: missing")
+            continue
+        group = spec.get("group")
+        if group and _group_name(entry.pw_gid) != group:
+            reasons.append(f"user {name}: group {_group_name(entry.pw_gid)}, want {group}")
+        for key, have in (("home", entry.pw_dir), ("shell", entry.pw_shell)):
+            if spec.get(key) and have != spec[key]:
+                reasons.append(f"user {name}: {key} {have}, want {spec[key]}")
+    return reasons
+
+
+SYSTEMCTL_PROPERTIES = "Id,LoadState,UnitFileState,ActiveState"
+
+
+def parse_systemctl_show(output: str) -> list[dict[str, str]]:
+    """``systemctl show -p ...`` of several units: one dict per unit, in the order asked."""
+    units = []
+    for block in output.strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        units.append(props)
+    return units
+
+
+def check_services(specs: list[dict], runner: Runner = run) -> list[str]:
+    names = [spec["name"] for spec in specs]
+    rc, out = runner(["systemctl", "show", f"--property={SYSTEMCTL_PROPERTIES}", "--", *names])
+    if rc != 0:
+        return [f"systemctl show failed for {', '.join(names)}"]
+    shown = parse_systemctl_show(out)
+    reasons = []
+    for index, spec in enumerate(specs):
+        props = shown[index] if index < len(shown) else {}
+        name = spec["name"]
+        if props.get("LoadState") != "loaded":
+            reasons.append(f"{name}: {props.get('LoadState', 'unknown')}, want loaded")
+            continue
+        if spec.get("enabled") and props.get("UnitFileState") not in ("enabled", "static"):
+            reasons.append(f"{name}: {props.get('UnitFileState')}, want enabled")
+        if spec.get("active") and props.get("ActiveState") != "active":
+            reasons.append(f"{name}: {props.get('ActiveState')}, want active")
+    return reasons
+
+
 def check_concern(concern: dict, dpkg_status: str = DPKG_STATUS, runner: Runner = run):
     """Reasons this concern drifted, and what its records read (path -> object)."""
     reasons: list[str] = []
     records: dict[str, Any] = {}
+    reasons += check_groups(concern.get("groups") or [])
+    reasons += check_users(concern.get("users") or [])
     for spec in concern.get("paths") or []:
         reasons += check_path(spec)
     for spec in concern.get("files") or []:
@@ -325,6 +391,8 @@ def check_concern(concern: dict, dpkg_status: str = DPKG_STATUS, runner: Runner 
         reasons += check_python_headers(concern["python_headers"], runner)
     if concern.get("cuda_links"):
         reasons += check_cuda_links(concern["cuda_links"], runner)
+    if concern.get("services"):
+        reasons += check_services(concern["services"], runner)
     return reasons, records
 
 

@@ -95,3 +95,19 @@ def test_record_concern_checks_folder_and_record_but_not_the_time():
     assert concern["records"] == [{
         "path": "/etc/sglang/deployed/sglang_serve.json", "equal": body, "ignore": ["time"],
         "mode": "0644", "owner": "root", "group": "root"}]
+
+
+builders = load_file("state_probe_filter", ROOT / "plugins/filter/state_probe.py")
+
+
+def test_builders_of_checks():
+    assert builders.probe_paths(["/var/lib/sglang", "/var/cache/sglang"], owner="sglang",
+                                group="sglang", mode="0750") == [
+        {"path": "/var/lib/sglang", "state": "directory", "owner": "sglang", "group": "sglang",
+         "mode": "0750"},
+        {"path": "/var/cache/sglang", "state": "directory", "owner": "sglang",
+         "group": "sglang", "mode": "0750"},
+    ]
+    assert builders.probe_paths(["/x"], state="file") == [{"path": "/x", "state": "file"}]
+    assert builders.probe_services(["sglang@gpu0.service"]) == [
+        {"name": "sglang@gpu0.service", "enabled": True, "active": True}]

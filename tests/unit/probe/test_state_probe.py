@@ -295,3 +295,63 @@ def test_stats_of_paths_besides_drift(tmp_path):
         "/dev/null": {"exists": True, "isdir": False, "isreg": False, "ischr": True},
         str(tmp_path / "none"): {"exists": False, "isdir": False, "isreg": False, "ischr": False},
     }
+
+
+SHOW = """Id=sglang-router.service
+LoadState=loaded
+UnitFileState=enabled
+ActiveState=active
+
+Id=sglang@gpu0.service
+LoadState=loaded
+UnitFileState=disabled
+ActiveState=failed
+
+Id=sglang@gpu9.service
+LoadState=not-found
+UnitFileState=
+ActiveState=inactive
+"""
+
+
+def test_services_from_one_systemctl_show():
+    calls = []
+
+    def runner(argv):
+        calls.append(argv)
+        return 0, SHOW
+
+    specs = [{"name": n, "enabled": True, "active": True}
+             for n in ("sglang-router.service", "sglang@gpu0.service", "sglang@gpu9.service")]
+    result = sp.probe([{"name": "service", "services": specs}], runner=runner)
+    assert calls == [["systemctl", "show", "--property=Id,LoadState,UnitFileState,ActiveState",
+                      "--", "sglang-router.service", "sglang@gpu0.service",
+                      "sglang@gpu9.service"]]
+    assert result["drift"]["service"] == [
+        "sglang@gpu0.service: disabled, want enabled",
+        "sglang@gpu0.service: failed, want active",
+        "sglang@gpu9.service: not-found, want loaded",
+    ]
+    assert sp.probe([{"name": "s", "services": specs[:1]}], runner=runner)["drifted"] == []
+    assert sp.probe([{"name": "s", "services": specs[:1]}],
+                    runner=lambda a: (1, ""))["drift"]["s"] == [
+        "systemctl show failed for sglang-router.service"]
+
+
+def test_users_and_groups_from_the_account_databases():
+    me = pwd.getpwuid(os.getuid())
+    import grp
+
+    group = grp.getgrgid(me.pw_gid).gr_name
+    ok = {"name": "c", "groups": [group],
+          "users": [{"name": me.pw_name, "group": group, "home": me.pw_dir, "shell": me.pw_shell}]}
+    assert probe([ok])["drifted"] == []
+    bad = {"name": "c", "groups": ["no-such-group-x"],
+           "users": [{"name": "no-such-user-x"},
+                     {"name": me.pw_name, "home": "/elsewhere", "shell": "/usr/sbin/nologin"}]}
+    assert probe([bad])["drift"]["c"] == [
+        "group no-such-group-x: missing",
+        "user no-such-user-x: missing",
+        f"user {me.pw_name}: home {me.pw_dir}, want /elsewhere",
+        f"user {me.pw_name}: shell {me.pw_shell}, want /usr/sbin/nologin",
+    ]
