@@ -1,14 +1,13 @@
 #!/usr/bin/env python3
 """No-op reruns of the container-side playbooks, old roles against new, on one lab container.
 
-Makes (or reuses) a lab container, converges it with the roles of ``--checkout`` (default: this
-one), then reruns each playbook ``--repeat`` times and prints, per playbook, the median seconds,
-the task count (ok + changed + skipped, per the recap) and changed. Run it once with
-``--checkout /path/to/old/checkout --keep`` and once with this checkout on the same container:
-both sets of roles then find the same converged host.
+Makes (or reuses) a lab container, converges it with the roles of each ``--checkout`` in turn
+(default: this one), then reruns each playbook ``--repeat`` times, the checkouts alternating so
+both meet the same load, and prints per playbook and checkout the median seconds, the task count
+(ok + skipped, per the recap) and changed. Both sets of roles find the same converged host, and
+``converge_changed`` says whether one undoes the other (0: they agree on the host's state).
 
-    .venv/bin/python benchmarks/noop_roles.py --vmid 206 --checkout ../base --keep
-    .venv/bin/python benchmarks/noop_roles.py --vmid 206
+    .venv/bin/python benchmarks/noop_roles.py --vmid 206 --checkout ../base --checkout .
 
 Not a test: timings on a shared machine are noisy; medians are printed.
 """
@@ -56,12 +55,13 @@ def play(checkout: Path, ct: LabContainer, playbook: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vmid", type=int, default=206)
-    parser.add_argument("--checkout", type=Path, default=ROOT)
+    parser.add_argument("--checkout", type=Path, action="append",
+                        help="a checkout whose roles run (repeatable; default: this one)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the container running")
     parser.add_argument("--playbooks", nargs="*", default=PLAYBOOKS)
     args = parser.parse_args()
-    checkout = args.checkout.resolve()
+    checkouts = [c.resolve() for c in (args.checkout or [ROOT])]
     os.environ.setdefault("SGLANG_LXC_ARTIFACTS", tempfile.mkdtemp(prefix="noop-roles-"))
 
     workdir = Path(tempfile.gettempdir()) / f"noop-roles-ct{args.vmid}"
@@ -78,23 +78,31 @@ def main() -> None:
     figures: dict[str, dict] = {}
     try:
         for playbook in args.playbooks:
-            converge = play(checkout, ct, playbook)
-            runs = [play(checkout, ct, playbook) for _ in range(args.repeat)]
+            converge = {str(c): play(c, ct, playbook)["changed"] for c in checkouts}
+            runs: dict[str, list[dict]] = {str(c): [] for c in checkouts}
+            for _ in range(args.repeat):
+                for c in checkouts:
+                    runs[str(c)].append(play(c, ct, playbook))
             figures[playbook] = {
-                "converge_changed": converge["changed"],
-                "noop_seconds_median": round(statistics.median(r["seconds"] for r in runs), 2),
-                "noop_seconds": [r["seconds"] for r in runs],
-                "tasks": runs[-1]["tasks"],
-                "skipped": runs[-1]["skipped"],
-                "changed": max(r["changed"] for r in runs),
+                str(c): {
+                    "converge_changed": converge[str(c)],
+                    "noop_seconds_median": round(
+                        statistics.median(r["seconds"] for r in runs[str(c)]), 2),
+                    "noop_seconds": [r["seconds"] for r in runs[str(c)]],
+                    "tasks": runs[str(c)][-1]["tasks"],
+                    "skipped": runs[str(c)][-1]["skipped"],
+                    "changed": max(r["changed"] for r in runs[str(c)]),
+                }
+                for c in checkouts
             }
             print(playbook, json.dumps(figures[playbook]), flush=True)
     finally:
         if not args.keep:
             ct.destroy()
-    total = sum(f["noop_seconds_median"] for f in figures.values())
-    print(json.dumps({"checkout": str(checkout), "vmid": args.vmid,
-                      "noop_seconds_total": round(total, 2), "playbooks": figures}, indent=2))
+    totals = {str(c): round(sum(f[str(c)]["noop_seconds_median"] for f in figures.values()), 2)
+              for c in checkouts}
+    print(json.dumps({"vmid": args.vmid, "noop_seconds_total": totals, "playbooks": figures},
+                     indent=2))
 
 
 if __name__ == "__main__":
