@@ -157,6 +157,30 @@ def test_check_mode_changes_nothing(ct, extra, wheelhouse):
     assert wheel_bytes(wheelhouse) == downloaded
 
 
+def test_one_drifted_concern_is_reported_by_check_mode_then_repaired_alone(ct, extra):
+    """A removed libcudart link and a hand-edited env file: the probe names the links and env
+    concerns, check mode reports both (with the env file's diff) and changes nothing, the run
+    includes only those two concerns and repairs them, and the rerun changes nothing."""
+    lib = f"{PREFIX}/current/nvidia/cu13/lib/libcudart.so"
+    sh(ct, f"rm {lib} && echo '# edited by hand' >> {ENV_FILE}")
+    before = state(ct)
+    check = ct.run_playbook(PLAYBOOK, extra_vars=extra, check=True, args=["--diff"])
+    assert check.rc == 0 and check.changed == 2, str(check)
+    assert "-# edited by hand" in check.output, str(check)
+    assert state(ct) == before
+    result = ct.run_playbook(PLAYBOOK, extra_vars=extra)
+    assert result.rc == 0 and result.changed == 2, str(result)
+    assert re.findall(r"included: \S+/cuda_toolkit/tasks/(\w+)\.yml", result.output) == [
+        "links",
+        "env",
+    ], str(result)
+    assert sh(ct, f"readlink {lib}") == "libcudart.so.13"
+    assert "edited" not in sh(ct, f"cat {ENV_FILE}")
+    again = ct.run_playbook(PLAYBOOK, extra_vars=extra)
+    assert again.rc == 0 and again.changed == 0, str(again)
+    assert "included:" not in again.output, str(again)
+
+
 def test_second_container_downloads_nothing(lab_container, extra, wheelhouse):
     downloaded = wheel_bytes(wheelhouse)
     second = lab_container(SECOND_VMID)
