@@ -1,6 +1,7 @@
 # Copyright: sglang-lxc contributors
 # Apache-2.0
-"""Run the sgl-kernel wheel build detached on the target, one build per slot, with progress.
+"""Run the sgl-kernel wheel build detached on the target, one build per slot, with progress;
+then install the wheel it built, import it, and stamp the install with the build's inputs.
 
 Why an action plugin: a build takes up to an hour. It must (a) run detached so an SSH hiccup does
 not kill it, (b) show that it is alive (objects compiled, or the log's last line) while it runs,
@@ -13,6 +14,7 @@ controller, held for the whole build, so it also covers builds started by separa
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -39,6 +41,43 @@ def progress_of(log_tail: str) -> str:
     return f"last: {last}"
 
 
+def wheel_version(wheel: str) -> str:
+    """Version field of a wheel file name (name-version-...-tag.whl)."""
+    parts = os.path.basename(wheel).split("-")
+    if len(parts) < 5 or not wheel.endswith(".whl"):
+        raise ValueError(f"not a wheel file name: {wheel!r}")
+    return parts[1]
+
+
+def stamp_of(inputs: dict, wheel: str, cap: dict, elapsed_s: float) -> dict:
+    """The stamp of an installed build: what went in (compared on the next run) and what ran."""
+    return {
+        "inputs": inputs,
+        "version": wheel_version(wheel),
+        "wheel": os.path.basename(wheel),
+        "build": {
+            "jobs": cap.get("jobs"),
+            "limited_by": cap.get("limited_by"),
+            "elapsed_s": elapsed_s,
+        },
+    }
+
+
+def install_command(python: str, wheel: str) -> list[str]:
+    """pip installs exactly this wheel over the stack's, offline, nothing else touched."""
+    return [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--force-reinstall",
+        "--disable-pip-version-check",
+        wheel,
+    ]
+
+
 def _fmt(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s"
@@ -47,7 +86,20 @@ def _fmt(seconds: float) -> str:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ("script", "work_dir", "environment", "timeout", "poll", "slot", "lock_dir")
+        (
+            "script",
+            "work_dir",
+            "environment",
+            "timeout",
+            "poll",
+            "slot",
+            "lock_dir",
+            "install_python",
+            "import_name",
+            "stamp_file",
+            "inputs",
+            "cap",
+        )
     )
 
     def run(self, tmp=None, task_vars=None):
@@ -62,6 +114,11 @@ class ActionModule(ActionBase):
             poll = int(args.get("poll", 30))
             slot = str(args.get("slot", "all"))
             lock_dir = os.path.expanduser(str(args.get("lock_dir", "~/.cache/sglang-lxc/locks")))
+            install_python = str(args.get("install_python") or "")
+            import_name = str(args.get("import_name") or "")
+            stamp_file = str(args.get("stamp_file") or "")
+            inputs = dict(args.get("inputs") or {})
+            cap = dict(args.get("cap") or {})
         except (KeyError, TypeError, ValueError) as exc:
             raise AnsibleActionFail(f"sglang_kernel_build: bad arguments: {exc}") from exc
         if timeout <= 0:
@@ -72,6 +129,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"sglang_kernel_build_slot must be a plain name, got {slot!r}")
 
         host = (task_vars or {}).get("inventory_hostname", "?")
+        if stamp_file and not install_python:
+            raise AnsibleActionFail("sglang_kernel_build: stamp_file needs install_python")
         if self._task.check_mode:
             result.update(changed=True, msg="check mode: the sgl-kernel build would run")
             return result
@@ -90,7 +149,46 @@ class ActionModule(ActionBase):
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         result["slot_wait_s"] = round(waited, 1)
+        if install_python and not result.get("failed"):
+            result.update(
+                self._install(host, install_python, import_name, stamp_file, inputs, cap, result)
+            )
         return result
+
+    # -- the install ------------------------------------------------------------------------
+
+    def _install(self, host, python, import_name, stamp_file, inputs, cap, built) -> dict:
+        """Install the built wheel, prove it imports, then stamp it (the stamp comes last)."""
+        q = shlex.quote
+        wheel = built["wheel"]
+        res = self._sh(" ".join(q(a) for a in install_command(python, wheel)))
+        if res.get("rc") != 0:
+            return {
+                "failed": True,
+                "msg": f"sgl-kernel on {host}: pip could not install {wheel}: "
+                f"{(res.get('stderr') or res.get('stdout') or '').strip()[-2000:]}",
+            }
+        out = {"installed": wheel_version(wheel)}
+        if import_name:
+            res = self._sh(f"{q(python)} -c {q('import ' + import_name)}")
+            if res.get("rc") != 0:
+                return {
+                    "failed": True,
+                    "msg": f"sgl-kernel on {host}: the installed wheel does not import "
+                    f"({import_name}): {(res.get('stderr') or '').strip()[-2000:]}",
+                }
+        if stamp_file:
+            stamp = stamp_of(inputs, wheel, cap, built.get("elapsed_s", 0))
+            text = json.dumps(stamp, indent=4, sort_keys=True) + "\n"
+            tmp = f"{stamp_file}.new"
+            res = self._sh(
+                f"mkdir -p {q(os.path.dirname(stamp_file))} && printf %s {q(text)} > {q(tmp)} "
+                f"&& chmod 0644 {q(tmp)} && mv -f {q(tmp)} {q(stamp_file)}"
+            )
+            if res.get("rc") != 0:
+                return {"failed": True, "msg": f"sgl-kernel on {host}: could not write the stamp"}
+            out["stamp"] = stamp
+        return out
 
     # -- the build slot ---------------------------------------------------------------------
 

@@ -694,32 +694,8 @@ def cross_node_problems(
 # ------------------------------------------------------------------------------ serving
 
 
-SERVE_SETTINGS = (
-    "instances",
-    "gpus",
-    "port_base",
-    "host",
-    "allow_insecure_bind",
-    "model_path",
-    "served_model_name",
-    "attention_backend",
-    "mem_fraction_static",
-    "context_length",
-    "eagle3_draft_model_path",
-    "eagle3_num_steps",
-    "eagle3_topk",
-    "eagle3_num_draft_tokens",
-    "multithread_load",
-    "multithread_load_threads",
-    "enable_metrics",
-    "extra_args",
-    "env",
-    "hf_offline",
-    "cache_dir",
-    "home",
-    "model_store",
-    "allow_model_outside_store",
-)
+# The settings the sglang_serve filter reads: its own list, so the two never drift.
+SERVE_SETTINGS = _serve.SETTINGS
 
 
 def _truthy(value: Any) -> bool:

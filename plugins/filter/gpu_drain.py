@@ -5,6 +5,8 @@
   gpu_drain_memory_state(after, before, drain, idle_mib=1024) -> {released, waiting, freed_mib,
                                                                    watched}
   gpu_drain_summary(drain, memory=None, memory_skip_reason=None) -> "2 processes stopped (...)"
+  gpu_drain_memory_skip(drain, before, check_mode, wait_seconds, nvml_enabled) -> "" or why the
+                                                                                 wait is skipped
 
 ``after``/``before`` are ``gpu_nvml`` facts (nvml_facts), ``drain`` the gpu_drain_stop result.
 Pure Python, imported directly by tests/unit/gpu.
@@ -63,6 +65,26 @@ def memory_state(after, before, drain, idle_mib=1024):
     }
 
 
+def memory_skip(drain, before, check_mode=False, wait_seconds=120, nvml_enabled=True):
+    """Why the memory wait cannot run, or "" when it can (the first reason that applies)."""
+    drain = drain or {}
+    before = before or {}
+    stopped = [*drain.get("stopped", []), *drain.get("killed", [])]
+    if check_mode:
+        return "check mode: nothing was stopped"
+    if not stopped:
+        return "nothing was stopped"
+    if int(wait_seconds) == 0:
+        return "gpu_drain_memory_wait_seconds is 0"
+    if not nvml_enabled:
+        return "gpu_drain_nvml_enabled is false"
+    if not before.get("nvml_available", False):
+        return f"no NVML ({before.get('nvml_error')})"
+    if int(before.get("gpu_count") or 0) == 0:
+        return "NVML sees no GPU"
+    return ""
+
+
 def summary(drain, memory=None, memory_skip_reason=None):
     """One line for the runner's checklist: "2 processes stopped, 180.0 GiB freed"."""
     stopped = [*drain.get("stopped", []), *drain.get("killed", [])]
@@ -90,4 +112,5 @@ class FilterModule:
         return {
             "gpu_drain_memory_state": memory_state,
             "gpu_drain_summary": summary,
+            "gpu_drain_memory_skip": memory_skip,
         }

@@ -45,6 +45,23 @@ OVERRIDABLE = (
     "extra_args",
 )
 INSTANCE_KEYS = frozenset({"name", "gpus", "port", "tp", "env", *OVERRIDABLE})
+# Role settings the filter reads (role variable = "sglang_serve_" + key). tasks/validate.yml passes
+# exactly these; tests/unit/serve/test_settings.py holds it, the defaults, the argument spec and
+# the README in step.
+SETTINGS = (
+    "instances",
+    "gpus",
+    "port_base",
+    "allow_insecure_bind",
+    *OVERRIDABLE,
+    "env",
+    "hf_offline",
+    "cache_dir",
+    "cuda_version",
+    "home",
+    "model_store",
+    "allow_model_outside_store",
+)
 
 
 class ServeConfigError(AnsibleFilterError):  # type: ignore[misc,valid-type]
@@ -367,6 +384,9 @@ def sglang_serve_instances(
     settings: Mapping[str, Any], gpu_count: Any, has_api_key: bool = False
 ) -> list[dict[str, Any]]:
     """Expand and check the instances; ``settings`` holds role variables minus the prefix."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ServeConfigError(f"sglang_serve_instances: unknown settings {', '.join(unknown)}")
     count = _as_int(gpu_count if gpu_count is not None else 0, "sglang_serve_gpu_count")
     if count < 0:
         raise ServeConfigError(f"sglang_serve_gpu_count must not be negative, got {count}")

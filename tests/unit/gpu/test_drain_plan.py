@@ -278,3 +278,23 @@ def test_summary_without_nvml_and_when_left_running():
         "memory wait skipped: no NVML (NVML Shared Library Not Found)"
     )
     assert gpu_drain_filters.summary({"stopped": [], "killed": []}) == "nothing to stop"
+
+
+def test_memory_skip_names_the_first_reason_that_applies(fake_proc):
+    _, before = training_facts(fake_proc)
+    drain = drain_of(before)
+    skip = gpu_drain_filters.memory_skip
+    assert skip(drain, before, False, 120, True) == ""
+    assert skip(drain, before, True, 120, True) == "check mode: nothing was stopped"
+    assert skip({"stopped": [], "killed": []}, before, False, 120, True) == "nothing was stopped"
+    killed_only = {"stopped": [], "killed": drain["stopped"]}
+    assert skip(killed_only, before, False, 120, True) == ""
+    assert skip(drain, before, False, 0, True) == "gpu_drain_memory_wait_seconds is 0"
+    # gpu_drain_nvml_enabled false: facts.yml never ran, so there is no reading from before
+    assert skip(drain, None, False, 120, False) == "gpu_drain_nvml_enabled is false"
+    no_nvml = {"nvml_available": False, "nvml_error": "NVML Shared Library Not Found"}
+    assert skip(drain, no_nvml, False, 120, True) == "no NVML (NVML Shared Library Not Found)"
+    no_gpu = {"nvml_available": True, "gpu_count": 0}
+    assert skip(drain, no_gpu, False, 120, True) == "NVML sees no GPU"
+    # check mode wins over everything else: nothing was stopped for real
+    assert skip({}, {}, True, 0, False) == "check mode: nothing was stopped"

@@ -1,0 +1,75 @@
+"""Both SGLang units carry the one shared sandbox (plugins/filter/systemd_hardening.py).
+
+The two templates are rendered with Jinja and ansible-core's own filters, from the roles'
+defaults, and their [Service] sections compared.
+"""
+
+from __future__ import annotations
+
+import configparser
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+
+from tests.loaders import ROOT, load_file
+
+hardening = load_file("systemd_hardening", ROOT / "plugins" / "filter" / "systemd_hardening.py")
+
+SERVE = ROOT / "roles" / "sglang_serve"
+ROUTER = ROOT / "roles" / "sglang_router"
+
+
+def defaults(role) -> dict:
+    return yaml.safe_load((role / "defaults" / "main.yml").read_text())
+
+
+def render(role, template: str, **overrides) -> dict[str, list[str]]:
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(CoreFilters().filters())
+    env.filters.update(hardening.FilterModule().filters())
+    values = {**defaults(role), "ansible_managed": "managed", **overrides}
+    values = {k: v for k, v in values.items() if not (isinstance(v, str) and "{{" in v)}
+    values.setdefault("sglang_router_launch_command", ["/opt/sglang/venv/bin/python"])
+    text = env.from_string((role / "templates" / template).read_text()).render(values)
+    parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    parser.optionxform = str
+    parser.read_string(text)
+    return dict(parser["Service"])
+
+
+def serve_unit(**overrides):
+    return render(SERVE, "sglang@.service.j2", **overrides)
+
+
+def router_unit(**overrides):
+    return render(ROUTER, "sglang-router.service.j2", **overrides)
+
+
+def test_both_units_carry_the_same_hardening():
+    serve, router = serve_unit(), router_unit()
+    assert len(hardening.HARDENING) == 19
+    for key, value in hardening.HARDENING.items():
+        assert serve[key] == value, key
+        assert router[key] == value, key
+    # what each unit adds for itself
+    assert serve["DevicePolicy"] == "closed" and "PrivateDevices" not in serve
+    assert router["PrivateDevices"] == "yes"
+    assert serve["UMask"] == router["UMask"] == "0027"
+
+
+def test_overrides_change_and_drop_settings():
+    unit = router_unit(sglang_router_hardening={"ProtectHome": "read-only", "ProtectClock": None})
+    assert unit["ProtectHome"] == "read-only"
+    assert "ProtectClock" not in unit
+    assert unit["NoNewPrivileges"] == "yes"
+    assert serve_unit(sglang_serve_hardening={"PrivateTmp": False})["PrivateTmp"] == "no"
+
+
+@pytest.mark.parametrize(
+    "bad", [["NoNewPrivileges"], {"Bad Key": "yes"}, {"ProtectHome": "yes\nExecStartPre=/x"}]
+)
+def test_bad_overrides_are_refused(bad):
+    with pytest.raises(hardening.AnsibleFilterError):
+        hardening.sglang_unit_hardening(bad)
