@@ -31,7 +31,7 @@ BASE = {
     "sglang_serve_served_model_name": "standin",
     "sglang_serve_launch_command": ["/usr/bin/python3", f"{STANDIN_DIR}/sglang_server.py"],
     "sglang_serve_env": {
-        "SGLANG_STANDIN_LOAD_SECONDS": "8",
+        "SGLANG_STANDIN_LOAD_SECONDS": "12",  # > restart-to-first-poll gap, loaded box (~8 s)
         "SGLANG_STANDIN_WARMUP_SECONDS": "1",
     },
     "sglang_serve_api_key": KEY,
