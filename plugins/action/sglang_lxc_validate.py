@@ -67,6 +67,11 @@ PLAY_LEVEL_VARS = {
     "sglang_lxc_cache_dir": "JIT caches",
     "sglang_lxc_wheelhouse": "the controller's wheelhouse",
     "sglang_lxc_gpus_expected": "GPUs each serving container must see",
+    "sglang_lxc_node": "the inventory host (Proxmox node) that keeps the node cache",
+    "sglang_lxc_node_wheelhouse": "the node's wheel folder",
+    "sglang_lxc_node_uv_cache": "the node's uv cache",
+    "sglang_lxc_wheelhouse_mount": "where a container sees the node's wheel folder",
+    "sglang_lxc_uv_cache": "where a container sees the node's uv cache",
 }
 # Roles whose inputs a serving container (group sglang_servers) carries.
 SERVING_ROLES = (
@@ -817,7 +822,8 @@ def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
                            f"got {describe(expected)}",
                            "write the count each serving container must see, e.g. 8 (0: no GPU)"))
     for name in ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
-                 "sglang_lxc_model_store", "sglang_lxc_cache_dir"):
+                 "sglang_lxc_model_store", "sglang_lxc_cache_dir", "sglang_lxc_wheelhouse_mount",
+                 "sglang_lxc_uv_cache"):
         value = values.get(name)
         if value is not None and not (isinstance(value, str) and value.startswith("/")):
             out.append(problem(host, name, value, "must be an absolute path on the container",

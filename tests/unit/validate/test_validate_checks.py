@@ -402,3 +402,17 @@ def test_node_state_script_reads_the_config_folder_without_pct(tmp_path):
     out = subprocess.run(["bash", str(script), "/bin/false", str(tmp_path), str(configs)],
                          capture_output=True, text=True, check=True).stdout
     assert v.parse_node_state(out)["containers"] == {213: {"name": "ct213", "ip": "10.0.3.213"}}
+
+
+@pytest.mark.parametrize("inventory", ["lab", "example"])
+def test_every_play_level_path_of_the_inventories_is_declared(inventory):
+    """A new sglang_lxc_* variable in an inventory must be known to the validate pass too."""
+    import yaml
+
+    names = set()
+    for path in (ROOT / "inventory" / inventory).rglob("*.yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+        if isinstance(data, dict):
+            names |= {n for n in data if str(n).startswith("sglang_lxc_")}
+    assert names, inventory
+    assert names <= set(v.PLAY_LEVEL_VARS), sorted(names - set(v.PLAY_LEVEL_VARS))
