@@ -190,16 +190,19 @@ def test_triton_launcher_builds_with_python_h_cc_and_libcuda(ct):
 
 
 def serve_settings(inventory: str) -> dict:
-    """The role's defaults overlaid with an inventory's sglang_serve_* values (no templating)."""
+    """The role's defaults overlaid with an inventory's sglang_serve_* values (no templating),
+    only the settings the filter expands (its SETTINGS), as the role passes them."""
+    known = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py").SETTINGS
     defaults = yaml.safe_load((REPO / "roles/sglang_serve/defaults/main.yml").read_text())
     inventory_file = REPO / f"inventory/{inventory}/group_vars/sglang_servers/serve.yml"
     values = yaml.safe_load(inventory_file.read_text())
     merged = {**defaults, **values}
     settings = {}
     for key, value in merged.items():
-        if not key.startswith("sglang_serve_") or (isinstance(value, str) and "{{" in value):
+        name = key.removeprefix("sglang_serve_")
+        if name == key or name not in known or (isinstance(value, str) and "{{" in value):
             continue
-        settings[key.removeprefix("sglang_serve_")] = value
+        settings[name] = value
     return settings
 
 
