@@ -270,11 +270,13 @@ def test_kill_9_of_the_installer_and_the_controller_mid_install(ct):
     # venv, uv pip install, or the release's check) and its parent, the module, while the
     # controller's ansible-playbook is killed too. uv takes well under a second for this lock, so
     # the watcher polls without sleeping, and a child that ended before its kill is no miss as
-    # long as its parent, the module, is killed (a quiet machine showed "No such process").
+    # long as its parent, the module, is killed (a quiet machine showed "No such process"). It
+    # waits for the folder: on a quiet machine it once killed `uv venv` before it made one.
     watcher = (
         f"for i in $(seq 1 200000); do "
         f"  pid=$(pgrep -f '{RELEASES}/{target}-' | head -n1); "
-        f"  if [ -n \"$pid\" ]; then ppid=$(ps -o ppid= -p $pid); "
+        f"  if [ -n \"$pid\" ] && ls -d {RELEASES}/{target}-* >/dev/null 2>&1; then "
+        f"    ppid=$(ps -o ppid= -p $pid); "
         f"    k=; kill -9 $pid 2>/dev/null && k=1; kill -9 $ppid 2>/dev/null && k=1; "
         f"    [ -n \"$k\" ] && {{ echo killed; exit 0; }}; fi; "
         f"done; echo missed"
