@@ -103,6 +103,9 @@ def ct(lab_container, controller_wheelhouse, node_cache):
             "sglang_download_extra_args": ["--no-deps"],
             "sglang_stack_verify_imports": ["idna", "six", "nest_asyncio"],
             "sglang_kernel_from_source": False,
+            # the drills fill the disk with the venv's own files: uv copies them from its cache
+            # (the lab's symlink mode would put no file bytes on the release's filesystem)
+            "sglang_uv_link_mode": "copy",
             "sglang_lxc_node_wheelhouse": str(node_cache[0]),
             "sglang_lxc_node_uv_cache": str(node_cache[1]),
             **extra,

@@ -151,6 +151,13 @@ def test_builders_pins_are_the_lock_pins():
     assert {"torch", "triton", "flashinfer-python", "sglang", "nvidia-cuda-runtime"} <= names
 
 
+def test_builders_venv_links_into_the_node_uv_cache(ct):
+    """The lab installs with uv's symlink mode (inventory/lab sglang_uv_link_mode): the builders
+    below then run against a venv whose files are links into the node's shared uv cache."""
+    target = sh(ct, f"readlink -f {VENV}/lib/python3.11/site-packages/torch/__init__.py").stdout
+    assert target.startswith("/var/cache/sglang-lxc/node/uv/"), target
+
+
 def test_torch_cpp_extension_builds_for_sm120(ct):
     out = builder(ct, "torch-ext", "/tmp/torch-ext")
     FIGURES["torch_extension_seconds"] = out["seconds"]
