@@ -51,11 +51,24 @@ def main() -> None:
                     default=Path.home() / ".cache" / "sglang-lxc" / "wheelhouse")
     ap.add_argument("--uv-cache", type=Path, default=lab_root() / "node-cache" / "bench-uv")
     ap.add_argument("--keep-node", action="store_true", help="keep the node folders afterwards")
+    ap.add_argument("--set", action="append", default=[], metavar="VAR=JSON",
+                    help="an extra variable for the run, e.g. --set sglang_uv_link_mode='\"copy\"'")
+    ap.add_argument("--slowest", type=int, default=8, help="how many of the slowest tasks to print")
     args = ap.parse_args()
     for d in (args.node_dir, args.uv_cache):
         d.mkdir(parents=True, exist_ok=True)
     extra = {"sglang_lxc_node_wheelhouse": str(args.node_dir),
              "sglang_lxc_node_uv_cache": str(args.uv_cache)}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            extra[name] = json.loads(value)
+        except json.JSONDecodeError:
+            extra[name] = value
+    timer = Path(tempfile.mkdtemp(prefix="bench-timer-")) / "plays.json"
+    timing = {"ANSIBLE_CALLBACKS_ENABLED": "todo,play_timer",
+              "ANSIBLE_CALLBACK_PLUGINS": f"{ROOT}/plugins/callback:{ROOT}/benchmarks/callbacks",
+              "PLAY_TIMER_OUT": str(timer)}
     figures = []
     try:
         for n, vmid in enumerate(args.vmids, 1):
@@ -78,7 +91,8 @@ def main() -> None:
                 before = tree_bytes(args.node_dir)
                 start = time.monotonic()
                 run = ansible_playbook(["playbooks/toolchain.yml", "playbooks/sglang.yml"],
-                                       ct.inventory, extra_vars=extra, args=["--limit", name])
+                                       ct.inventory, extra_vars=extra, args=["--limit", name],
+                                       env=timing)
                 run_s = time.monotonic() - start
                 if run.rc != 0:
                     sys.exit(f"{name}: the run failed:\n{run.output[-4000:]}")
@@ -90,6 +104,10 @@ def main() -> None:
                        "changed": run.changed}
                 figures.append(fig)
                 print(json.dumps(fig), flush=True)
+                if timer.exists():
+                    tasks = json.loads(timer.read_text())["tasks"]
+                    for _, task, sec in sorted(tasks, key=lambda t: -t[2])[:args.slowest]:
+                        print(f"   {sec:7.1f} s  {task}", flush=True)
             finally:  # a failed run leaves no container behind either
                 ct.destroy()
                 shutil.rmtree(work, ignore_errors=True)
