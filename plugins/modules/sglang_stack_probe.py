@@ -14,6 +14,7 @@ from ansible.module_utils.sglang_stack import (
     drift,
     read_marker,
 )
+from ansible.module_utils.state_probe import probe as probe_concerns
 
 DOCUMENTATION = r"""
 module: sglang_stack_probe
@@ -25,8 +26,24 @@ description:
   - Returns the drift against the lock. C(drifted) is true when the marker is missing or names
     another release, or when a pin is missing, at another version, or a distribution the lock
     lacks is installed (less I(ignore_extra) and the venv's own pip/setuptools/wheel).
+  - In the same call it reads the version of the interpreter the lock is for (I(python)) and
+    checks the role's other concerns (I(concerns), as module state_probe takes them: the deploy
+    record), so the role asks its host once.
   - Changes nothing; it runs the same in check mode.
 options:
+  stack:
+    description: Read the venv (false when the role installs no stack; the rest is still read).
+    type: bool
+    default: true
+  python:
+    description: Interpreter whose major.minor is returned as C(python_version) (empty: none).
+    type: str
+    default: ""
+  concerns:
+    description: Further concerns, checked as module state_probe checks them.
+    type: list
+    elements: dict
+    default: []
   venv:
     {description: Public venv path (a symlink to the current release)., type: path, required: true}
   release:
@@ -56,6 +73,12 @@ wrong:
   {description: "Pins installed at another version ({pin, found})", type: list, returned: always}
 extra: {description: Installed distributions the lock lacks., type: list, returned: always}
 reasons: {description: Why the stack drifted, one line each., type: list, returned: always}
+python_version:
+  {description: "I(python)'s major.minor, null when it does not run or none was given.",
+   type: str, returned: always}
+state:
+  {description: "module state_probe's answer for I(concerns): drift, drifted, records.",
+   type: dict, returned: always}
 """
 
 def installed_versions(venv: str) -> tuple[dict[str, str] | None, str]:
@@ -67,6 +90,20 @@ def installed_versions(venv: str) -> tuple[dict[str, str] | None, str]:
     if proc.returncode != 0:
         return None, f"{python} failed: {proc.stderr.strip()[-300:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])["versions"], ""
+
+
+PYTHON_VERSION_CODE = "import sys; print('%d.%d' % sys.version_info[:2])"
+
+
+def python_version(python: str) -> str | None:
+    if not python:
+        return None
+    try:
+        proc = subprocess.run([python, "-I", "-c", PYTHON_VERSION_CODE], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except OSError:
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def probe(venv: str, release: str, pins: list[str], ignore_extra: list[str]) -> dict:
@@ -108,14 +145,26 @@ def main() -> None:
             "release": {"type": "str", "required": True},
             "pins": {"type": "list", "elements": "str", "required": True},
             "ignore_extra": {"type": "list", "elements": "str", "default": []},
+            "stack": {"type": "bool", "default": True},
+            "python": {"type": "str", "default": ""},
+            "concerns": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
-    try:
-        result = probe(p["venv"].rstrip("/"), p["release"], p["pins"], p["ignore_extra"])
-    except (ValueError, subprocess.SubprocessError) as exc:
-        module.fail_json(msg=f"could not read the serving venv {p['venv']}: {exc}")
+    result = {"drifted": False, "reasons": []}
+    if p["stack"]:
+        try:
+            result = probe(p["venv"].rstrip("/"), p["release"], p["pins"], p["ignore_extra"])
+        except (ValueError, subprocess.SubprocessError) as exc:
+            module.fail_json(msg=f"could not read the serving venv {p['venv']}: {exc}")
+
+    def runner(argv: list[str]) -> tuple[int, str]:
+        rc, out, _ = module.run_command(argv)
+        return rc, out
+
+    result["python_version"] = python_version(p["python"])
+    result["state"] = probe_concerns(p["concerns"], runner=runner)
     module.exit_json(changed=False, **result)
 
 

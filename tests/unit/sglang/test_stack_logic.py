@@ -18,12 +18,28 @@ from tests.loaders import ROOT, load_file
 
 stack = load_file("sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
 uv_tool = load_file("uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
+sys.modules["ansible.module_utils.cuda_links"] = load_file(
+    "cuda_links", ROOT / "plugins/module_utils/cuda_links.py")
+state_probe = load_file("state_probe", ROOT / "plugins/module_utils/state_probe.py")
 sys.modules["ansible.module_utils.sglang_stack"] = stack
 sys.modules["ansible.module_utils.uv_tool"] = uv_tool
+sys.modules["ansible.module_utils.state_probe"] = state_probe
 probe_mod = load_file("sglang_stack_probe", ROOT / "plugins/modules/sglang_stack_probe.py")
 release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
 
 PINS = ["idna==3.10", "Nest_Asyncio==1.6.0", "six==1.17.0"]
+
+
+def test_probe_reads_the_interpreter_version_in_the_same_call(tmp_path):
+    """The role's Python check uses what the probe read: major.minor, or None when the
+    interpreter does not run (the check then says "not runnable")."""
+    assert probe_mod.python_version(sys.executable) == "%d.%d" % sys.version_info[:2]
+    assert probe_mod.python_version(str(tmp_path / "no-python")) is None
+    fails = tmp_path / "fails"
+    fails.write_text("#!/bin/sh\nexit 3\n")
+    fails.chmod(0o755)
+    assert probe_mod.python_version(str(fails)) is None
+    assert probe_mod.python_version("") is None
 
 
 def test_drift_names_missing_wrong_and_extra_with_normalised_names():
