@@ -27,8 +27,8 @@ description:
     another release, or when a pin is missing, at another version, or a distribution the lock
     lacks is installed (less I(ignore_extra) and the venv's own pip/setuptools/wheel).
   - In the same call it reads the version of the interpreter the lock is for (I(python)) and
-    checks the role's other concerns (I(concerns), as module state_probe takes them: the deploy
-    record), so the role asks its host once.
+    checks the role's other concerns (I(concerns), as module state_probe takes them), such as
+    the deploy record, so the role asks its host once.
   - Changes nothing; it runs the same in check mode.
 options:
   stack:
@@ -36,7 +36,7 @@ options:
     type: bool
     default: true
   python:
-    description: Interpreter whose major.minor is returned as C(python_version) (empty: none).
+    description: Interpreter whose major.minor is returned as C(python_version); empty for none.
     type: str
     default: ""
   concerns:

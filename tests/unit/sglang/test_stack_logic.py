@@ -33,7 +33,8 @@ PINS = ["idna==3.10", "Nest_Asyncio==1.6.0", "six==1.17.0"]
 def test_probe_reads_the_interpreter_version_in_the_same_call(tmp_path):
     """The role's Python check uses what the probe read: major.minor, or None when the
     interpreter does not run (the check then says "not runnable")."""
-    assert probe_mod.python_version(sys.executable) == "%d.%d" % sys.version_info[:2]
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert probe_mod.python_version(sys.executable) == running
     assert probe_mod.python_version(str(tmp_path / "no-python")) is None
     fails = tmp_path / "fails"
     fails.write_text("#!/bin/sh\nexit 3\n")
