@@ -811,6 +811,23 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
+# The container paths every play passes to its roles; the plays give them no default of their own,
+# so each has one home: the inventory's group_vars/all/paths.yml.
+PLAY_PATHS = ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
+              "sglang_lxc_model_store", "sglang_lxc_cache_dir", "sglang_lxc_wheelhouse_mount",
+              "sglang_lxc_uv_cache")
+
+
+def missing_play_paths(host: str, values: Mapping[str, Any]) -> list[str]:
+    """The play-level paths a serving container's inventory does not set."""
+    return [
+        problem(host, name, _UNSET, f"is not set ({PLAY_LEVEL_VARS[name]}); the plays pass it "
+                "to the roles", f"set {name} in group_vars/all/paths.yml, as "
+                "inventory/example does")
+        for name in PLAY_PATHS if name not in values
+    ]
+
+
 def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
     """The play-level sglang_lxc_* paths (absolute) and the expected GPU count (an integer)."""
     out = []
@@ -821,9 +838,7 @@ def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
                            "must be an integer number of GPUs (0 or more), "
                            f"got {describe(expected)}",
                            "write the count each serving container must see, e.g. 8 (0: no GPU)"))
-    for name in ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
-                 "sglang_lxc_model_store", "sglang_lxc_cache_dir", "sglang_lxc_wheelhouse_mount",
-                 "sglang_lxc_uv_cache"):
+    for name in PLAY_PATHS:
         value = values.get(name)
         if value is not None and not (isinstance(value, str) and value.startswith("/")):
             out.append(problem(host, name, value, "must be an absolute path on the container",
@@ -1186,6 +1201,7 @@ class ActionModule(ActionBase):
             problems += router_problems(host, values, instances)
             problems += drain_problems(host, values)
             problems += play_level_problems(host, values)
+            problems += missing_play_paths(host, values)
             problems += stack_problems(host, values)
 
         wheelhouse = None

@@ -254,6 +254,10 @@ CASES = [
     ("model-store-relative",
      lambda: v.play_level_problems("ct200", {"sglang_lxc_model_store": "srv/models"}),
      "ct200", "sglang_lxc_model_store", "a path starting with /"),
+    ("venv-path-unset",
+     lambda: v.missing_play_paths("ct200", {n: "/x" for n in v.PLAY_PATHS
+                                            if n != "sglang_lxc_venv"}),
+     "ct200", "sglang_lxc_venv", "set sglang_lxc_venv in group_vars/all/paths.yml"),
     # drain, toolchain, stack
     ("drain-grace-zero", lambda: v.drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
      "ct200", "gpu_drain_grace_seconds", "e.g. 300"),
@@ -312,6 +316,7 @@ def test_good_inputs_give_no_problem():
     assert serve() == []
     assert router() == []
     assert v.drain_problems("ct200", {"gpu_drain_grace_seconds": 60, "gpu_drain_units": []}) == []
+    assert v.missing_play_paths("ct200", {n: "/x" for n in v.PLAY_PATHS}) == []
 
 
 def test_internal_magic_and_lab_variables_are_not_unknown():
