@@ -129,9 +129,11 @@ def ct(lab_container):
     FIGURES["builders_install_seconds"] = round(time.monotonic() - start, 1)
     FIGURES["builders_wheels"] = len(pins)
     files = {p.name: p.stat().st_size for p in (wheelhouse / KEY).glob("*.whl")}
-    # the set's manifest: the one naming exactly as many wheels as there are pins
-    manifests = [json.loads(p.read_text()) for p in (wheelhouse / KEY / ".sets").glob("*.json")]
-    names = next((m["files"] for m in manifests if len(m["files"]) == len(pins)), [])
+    # the set's manifest (<fingerprint>.json; verified.json beside it is the digest cache): the
+    # one naming exactly as many wheels as there are pins
+    manifests = [json.loads(p.read_text())
+                 for p in sorted((wheelhouse / KEY / ".sets").glob("*.json"))]
+    names = next((m["files"] for m in manifests if len(m.get("files", [])) == len(pins)), [])
     FIGURES["builders_wheel_bytes"] = sum(files.get(n, 0) for n in names)
     FIGURES["venv_bytes"] = int(sh(container, f"du -sb {VENV} | cut -f1").stdout.split()[0])
     sh(container, "mkdir -p /opt/jit-test")
