@@ -811,20 +811,33 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-# The container paths every play passes to its roles; the plays give them no default of their own,
-# so each has one home: the inventory's group_vars/all/paths.yml.
-PLAY_PATHS = ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
-              "sglang_lxc_model_store", "sglang_lxc_cache_dir", "sglang_lxc_wheelhouse_mount",
-              "sglang_lxc_uv_cache")
+# Container paths, each of which must be absolute.
+CONTAINER_PATHS = ("sglang_lxc_prefix", "sglang_lxc_venv", "sglang_lxc_cuda_env_file",
+                   "sglang_lxc_model_store", "sglang_lxc_cache_dir", "sglang_lxc_wheelhouse_mount",
+                   "sglang_lxc_uv_cache")
 
 
-def missing_play_paths(host: str, values: Mapping[str, Any]) -> list[str]:
-    """The play-level paths a serving container's inventory does not set."""
+def required_play_vars(passed: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The sglang_lxc_* names the plays pass to their roles with no default of their own (what
+    play_role_vars reads): each has one home, the inventory, so a serving container needs it."""
+    names: set[str] = set()
+    for params in passed.values():
+        for value in params.values():
+            text = str(value)
+            for name in set(re.findall(r"\bsglang_lxc_\w+", text)):
+                if not re.search(rf"\b{name}\s*\|\s*default\(", text):
+                    names.add(name)
+    return names
+
+
+def missing_play_vars(host: str, values: Mapping[str, Any], required: set[str]) -> list[str]:
+    """The play-level variables a serving container's inventory leaves unset."""
     return [
-        problem(host, name, _UNSET, f"is not set ({PLAY_LEVEL_VARS[name]}); the plays pass it "
-                "to the roles", f"set {name} in group_vars/all/paths.yml, as "
-                "inventory/example does")
-        for name in PLAY_PATHS if name not in values
+        problem(host, name, _UNSET,
+                f"is not set ({PLAY_LEVEL_VARS.get(name, 'a play-level variable')}); the plays "
+                "pass it to the roles", f"set {name} in the inventory's group_vars/all/paths.yml,"
+                " as inventory/example does")
+        for name in sorted(required) if name not in values
     ]
 
 
@@ -838,7 +851,7 @@ def play_level_problems(host: str, values: Mapping[str, Any]) -> list[str]:
                            "must be an integer number of GPUs (0 or more), "
                            f"got {describe(expected)}",
                            "write the count each serving container must see, e.g. 8 (0: no GPU)"))
-    for name in PLAY_PATHS:
+    for name in CONTAINER_PATHS:
         value = values.get(name)
         if value is not None and not (isinstance(value, str) and value.startswith("/")):
             out.append(problem(host, name, value, "must be an absolute path on the container",
@@ -1074,6 +1087,7 @@ class ActionModule(ActionBase):
         defaults = role_defaults()
         rvars = role_vars()
         pvars = play_role_vars()
+        required = required_play_vars(pvars)
         declared = declared_names()
         problems: list[str] = []
         key_errors: dict[str, str] = {}
@@ -1201,7 +1215,7 @@ class ActionModule(ActionBase):
             problems += router_problems(host, values, instances)
             problems += drain_problems(host, values)
             problems += play_level_problems(host, values)
-            problems += missing_play_paths(host, values)
+            problems += missing_play_vars(host, values, required)
             problems += stack_problems(host, values)
 
         wheelhouse = None

@@ -59,19 +59,22 @@ options:
 
 RETURN = r"""
 drifted:
-  {description: Whether anything of the stack must change., type: bool, returned: always}
+  {description: Whether anything of the stack must change (false without I(stack))., type: bool,
+   returned: always}
 link:
-  {description: Where the venv path points (null when not a symlink)., type: str, returned: always}
+  {description: Where the venv path points (null when not a symlink)., type: str,
+   returned: when I(stack)}
 marker:
   {description: The current release's completion marker (null when none)., type: dict,
-   returned: always}
+   returned: when I(stack)}
 release_current:
   {description: The link's release is complete and is the one asked for., type: bool,
-   returned: always}
-missing: {description: Pins not installed., type: list, returned: always}
+   returned: when I(stack)}
+missing: {description: Pins not installed., type: list, returned: when I(stack)}
 wrong:
-  {description: "Pins installed at another version ({pin, found})", type: list, returned: always}
-extra: {description: Installed distributions the lock lacks., type: list, returned: always}
+  {description: "Pins installed at another version ({pin, found})", type: list,
+   returned: when I(stack)}
+extra: {description: Installed distributions the lock lacks., type: list, returned: when I(stack)}
 reasons: {description: Why the stack drifted, one line each., type: list, returned: always}
 python_version:
   {description: "I(python)'s major.minor, null when it does not run or none was given.",

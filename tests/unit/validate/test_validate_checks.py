@@ -255,9 +255,8 @@ CASES = [
      lambda: v.play_level_problems("ct200", {"sglang_lxc_model_store": "srv/models"}),
      "ct200", "sglang_lxc_model_store", "a path starting with /"),
     ("venv-path-unset",
-     lambda: v.missing_play_paths("ct200", {n: "/x" for n in v.PLAY_PATHS
-                                            if n != "sglang_lxc_venv"}),
-     "ct200", "sglang_lxc_venv", "set sglang_lxc_venv in group_vars/all/paths.yml"),
+     lambda: v.missing_play_vars("ct200", {}, v.required_play_vars(v.play_role_vars())),
+     "ct200", "sglang_lxc_venv", "set sglang_lxc_venv in the inventory's group_vars/all/paths.yml"),
     # drain, toolchain, stack
     ("drain-grace-zero", lambda: v.drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
      "ct200", "gpu_drain_grace_seconds", "e.g. 300"),
@@ -316,7 +315,6 @@ def test_good_inputs_give_no_problem():
     assert serve() == []
     assert router() == []
     assert v.drain_problems("ct200", {"gpu_drain_grace_seconds": 60, "gpu_drain_units": []}) == []
-    assert v.missing_play_paths("ct200", {n: "/x" for n in v.PLAY_PATHS}) == []
 
 
 def test_internal_magic_and_lab_variables_are_not_unknown():
@@ -332,6 +330,16 @@ def test_declared_set_is_specs_defaults_and_play_level():
     for role, defaults in v.role_defaults().items():
         assert set(defaults) <= DECLARED, role
     assert "sglang_lxc_gpus_expected" in DECLARED
+
+
+def test_play_level_names_the_plays_need_are_the_ones_without_a_default():
+    required = v.required_play_vars(v.play_role_vars())
+    assert {"sglang_lxc_venv", "sglang_lxc_model_store", "sglang_lxc_wheelhouse",
+            "sglang_lxc_node", "sglang_lxc_uv_cache"} <= required
+    assert required <= set(v.PLAY_LEVEL_VARS)
+    assert v.required_play_vars({"r": {"x": "{{ sglang_lxc_venv | default('/v') }}"}}) == set()
+    lab = {n: "/x" for n in required}
+    assert v.missing_play_vars("ct200", lab, required) == []
 
 
 def test_plays_pass_the_model_store_to_sglang_serve():
