@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         bare_cfg.write_text("".join(
             line for line in (ROOT / "ansible.cfg").read_text().splitlines(keepends=True)
             if not line.startswith(("callbacks_enabled", "callback_plugins"))
-        ).replace("= roles", f"= {ROOT / 'roles'}").replace("= plugins/", f"= {ROOT}/plugins/"))
+        ).replace("= .collections", f"= {ROOT / '.collections'}"))
         off = {"ANSIBLE_CONFIG": str(bare_cfg)}
         on = {"SGLANG_LXC_ARTIFACTS": str(where / "artifacts")}
         kinds: dict[str, tuple[list[str], dict[str, str]]] = {

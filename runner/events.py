@@ -93,7 +93,7 @@ def _negate(condition: str) -> str:
     for positive, negative in ((" is not ", " is "), (" is ", " is not "),
                                (" not in ", " in "), (" in ", " not in ")):
         if positive in text:
-            left, _, right = text.partition(positive)
+            left, _sep, right = text.partition(positive)
             return f"{left}{negative}{right}"
     match = _COMPARE.match(text)
     if match:

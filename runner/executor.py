@@ -52,8 +52,8 @@ FAILURE_EVENTS = frozenset({"runner_on_failed", "runner_item_on_failed", "runner
 NO_LOG_NOTE = "[sglang-lxc: output of a no_log task removed]"
 POLL_INTERVAL_S = 0.25  # how often the view reads todo.json
 PEXPECT_TIMEOUT_S = 0.5  # how often ansible-runner asks whether to cancel
-CALLBACK = "todo"
-CALLBACK_DIR = PROJECT_ROOT / "plugins" / "callback"
+# the todo callback, by its FQCN in the collection this checkout is (galaxy.yml)
+CALLBACK = "sglang_lxc.serving.todo"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ansible-playbook options that need a person at ansible-playbook's own terminal
 REFUSED = {
@@ -129,8 +129,9 @@ def callback_env(config_path: str | None, environ: dict[str, str]) -> dict[str, 
     """ANSIBLE_CALLBACK_PLUGINS and ANSIBLE_CALLBACKS_ENABLED with the todo callback in them.
 
     ansible-runner sets ANSIBLE_CALLBACK_PLUGINS (to add its own), which hides
-    ``callback_plugins`` of ansible.cfg: so the configured folders go into the variable, with
-    this project's, and ``todo`` joins the enabled callbacks (ARA, junit... stay enabled).
+    ``callback_plugins`` of ansible.cfg: so the configured folders go into the variable, and
+    the todo callback (found by FQCN through ``collections_path``) joins the enabled callbacks
+    (ARA, junit... stay enabled).
     """
     config = configparser.ConfigParser(interpolation=None)
     base = Path.cwd()
@@ -142,14 +143,14 @@ def callback_env(config_path: str | None, environ: dict[str, str]) -> dict[str, 
         configured = config.get("defaults", "callback_plugins", fallback="")
         dirs = [str(base / os.path.expanduser(d.strip()))
                 for d in configured.split(os.pathsep) if d.strip()]
-    if str(CALLBACK_DIR) not in dirs:
-        dirs.append(str(CALLBACK_DIR))
     enabled = [e.strip() for e in environ.get("ANSIBLE_CALLBACKS_ENABLED", "").split(",")
                if e.strip()] or _config_list(config, "callbacks_enabled", "callback_whitelist")
     if CALLBACK not in enabled:
         enabled.append(CALLBACK)
-    return {"ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(dirs),
-            "ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled)}
+    env = {"ANSIBLE_CALLBACKS_ENABLED": ",".join(enabled)}
+    if dirs:
+        env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(dirs)
+    return env
 
 
 class RunSession:

@@ -253,6 +253,10 @@ def plan_plays(
                 tasks_of(block.filter_tagged_tasks(all_vars), tasks)
             planned.task_paths = list(dict.fromkeys(t.get_path() for t in tasks))
             planned.tasks_total = len(planned.task_paths)
+            if tasks and all(_plain(t.run_once) is True for t in tasks):
+                # every task runs once, on the play's first host: one milestone, not a line
+                # per host of which all but one would say "no task ran on this host"
+                planned.hosts = planned.hosts[:1]
             for task in tasks:
                 if task.when:
                     plan.conditions[task.get_path()] = [str(w) for w in task.when]

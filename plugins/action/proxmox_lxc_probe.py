@@ -16,28 +16,11 @@ Read-only: it runs in check mode too and never reports a change. Pure logic (``p
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
-import sys
-from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_by_path(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_lxc = _load_by_path("sglang_lxc_filter_proxmox_lxc", REPO / "plugins/filter/proxmox_lxc.py")
+from ansible_collections.sglang_lxc.serving.plugins.filter import proxmox_lxc as _lxc
 
 MARK = "## "
 # What one pct exec asks a running container (one line per answer).
@@ -135,8 +118,8 @@ def node_facts(sections: dict[str, str]) -> dict:
     nodes = [n for n in sections.get("nodes", "").splitlines() if n.strip()]
     paths: dict[str, tuple[str, str]] = {}  # host path -> (octal mode, owner)
     for line in sections.get("paths", "").splitlines():
-        path, _, mode_owner = line.rpartition("\t")
-        mode, _, owner = mode_owner.partition(" ")
+        path, _tab, mode_owner = line.rpartition("\t")
+        mode, _space, owner = mode_owner.partition(" ")
         if path:
             paths[path] = (mode, owner)
     return {
@@ -201,8 +184,8 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
         drift.append("create")
     for mount in ct.get("mounts") or []:
         have = node["paths"].get(str(mount["host_path"]))
-        if have is None or have[0] != "755" or (mount.get("owner")
-                                                 and str(mount["owner"]) != have[1]):
+        owner = mount.get("owner")
+        if have is None or have[0] != "755" or (owner and str(owner) != have[1]):
             drift.append("mounts")
             break
     set_args: list[str] = []
@@ -230,7 +213,7 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
         if address is None and exists and "start" not in drift:
             drift.append("boot")  # running without an address yet: wait for it
     else:
-        address = str(ct["ip"]).split("/")[0]
+        address = str(ct["ip"]).split("/", maxsplit=1)[0]
     return {
         "name": ct["name"],
         "vmid": int(ct["vmid"]),

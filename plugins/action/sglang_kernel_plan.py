@@ -15,31 +15,14 @@ The pure functions below are unit-tested in tests/unit/sglang/test_kernel_plan.p
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_by_path(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_caps = _load_by_path("sglang_lxc_filter_build_caps", REPO / "plugins/filter/build_caps.py")
+from ansible_collections.sglang_lxc.serving.plugins.filter import build_caps as _caps
 
 # Not part of a source tree's identity (build output, VCS data, byte code).
 SKIP_TOP = ("build", "dist", ".git")
@@ -273,7 +256,7 @@ class ActionModule(ActionBase):
             source = {"folder": tree_dir, "tree": folder_tree_id(tree_dir)}
 
         probe = self._module(
-            "sglang_kernel_probe",
+            "sglang_lxc.serving.sglang_kernel_probe",
             {
                 "python": args["python"],
                 "package": args["package"],
@@ -283,7 +266,7 @@ class ActionModule(ActionBase):
             },
             task_vars,
         )
-        resources = self._module("sglang_build_resources", {}, task_vars)
+        resources = self._module("sglang_lxc.serving.sglang_build_resources", {}, task_vars)
         paths = {k: str(args[k]) for k in ("python", "src", "work_dir", "stamp_file")}
         paths["cache_dir"] = args["cache_dir"]
         paths["source_tree"] = tree_dir

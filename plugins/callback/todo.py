@@ -6,8 +6,6 @@ ansible-runner's ``awx_display``), ARA's recorder or junit, never instead of the
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import shutil
 import socket
@@ -18,6 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.sglang_lxc.serving.runner import artifacts, reports
+from ansible_collections.sglang_lxc.serving.runner.checklist import (
+    Checklist,
+    RunInfo,
+    Status,
+    TodoItem,
+    now_iso,
+)
+from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer
+from ansible_collections.sglang_lxc.serving.runner.planner import Plan, plan_plays
+from ansible_collections.sglang_lxc.serving.runner.procs import start_time
+from ansible_collections.sglang_lxc.serving.runner.render_live import compact_line, summary_line
 
 DOCUMENTATION = """
 name: todo
@@ -32,8 +42,8 @@ description:
     ansible-runner's artifact folder of the job.
   - See docs/runner.md.
 requirements:
-  - enable in configuration (callbacks_enabled = todo); the sglang_lxc package (installed, or
-    this checkout's runner/ next to plugins/)
+  - enable in configuration (callbacks_enabled = sglang_lxc.serving.todo); its checklist
+    model is the collection's runner/ folder (the same code as the sglang-lxc command)
 options:
   artifacts_dir:
     description:
@@ -63,31 +73,6 @@ options:
 
 WRITE_INTERVAL_S = 0.5
 
-
-def _sglang_lxc() -> Any:
-    """The checklist model: the installed sglang_lxc package, or this checkout's runner/."""
-    try:
-        return importlib.import_module("sglang_lxc")
-    except ImportError:
-        pass
-    source = Path(__file__).resolve().parents[2] / "runner"
-    spec = importlib.util.spec_from_file_location(
-        "sglang_lxc", source / "__init__.py", submodule_search_locations=[str(source)])
-    if spec is None or spec.loader is None:
-        raise ImportError(f"sglang_lxc: neither installed nor found in {source}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sglang_lxc"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_sglang_lxc()
-from sglang_lxc import artifacts, reports  # noqa: E402
-from sglang_lxc.checklist import Checklist, RunInfo, Status, TodoItem, now_iso  # noqa: E402
-from sglang_lxc.events import ChecklistReducer  # noqa: E402
-from sglang_lxc.planner import Plan, plan_plays  # noqa: E402
-from sglang_lxc.procs import start_time  # noqa: E402
-from sglang_lxc.render_live import compact_line, summary_line  # noqa: E402
 
 RUNNER_DIR_ENV = "AWX_ISOLATED_DATA_DIR"  # ansible-runner's artifact folder of the job
 

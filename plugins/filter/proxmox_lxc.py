@@ -35,7 +35,7 @@ def pve_conf_parse(text: str) -> dict:
             break
         if not line.strip() or line.startswith("#"):
             continue
-        key, _, value = line.partition(":")
+        key, _colon, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key.startswith("lxc."):
             raw.append([key, value])
@@ -233,7 +233,7 @@ def lxc_container_errors(
         if isinstance(other.get("vmid"), int):
             seen_vmid.setdefault(other["vmid"], f"{other.get('name')} on another node")
         if other.get("ip") and other["ip"] != "dhcp":
-            seen_ip.setdefault(str(other["ip"]).split("/")[0], f"{other.get('name')}")
+            seen_ip.setdefault(str(other["ip"]).split("/", maxsplit=1)[0], f"{other.get('name')}")
         if other.get("name"):
             seen_name.setdefault(other["name"], "another node")
     for i, ct in enumerate(containers or []):

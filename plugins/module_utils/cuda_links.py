@@ -34,7 +34,7 @@ def same_tree(left: str, right: str) -> bool:
     cmp = filecmp.dircmp(left, right)
     if cmp.left_only or cmp.right_only or cmp.funny_files:
         return False
-    _, mismatch, errors = filecmp.cmpfiles(left, right, cmp.common_files, shallow=False)
+    _match, mismatch, errors = filecmp.cmpfiles(left, right, cmp.common_files, shallow=False)
     if mismatch or errors:
         return False
     return all(same_tree(os.path.join(left, d), os.path.join(right, d)) for d in cmp.common_dirs)

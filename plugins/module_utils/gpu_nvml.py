@@ -274,7 +274,7 @@ def host_resources(paths=(), meminfo="/proc/meminfo"):
     try:
         with open(meminfo, encoding="utf-8") as handle:
             for line in handle:
-                key, _, rest = line.partition(":")
+                key, _colon, rest = line.partition(":")
                 fields = rest.split()
                 if fields and key in ("MemTotal", "MemAvailable"):
                     mem[key] = int(fields[0]) // 1024

@@ -54,7 +54,10 @@ try:  # the probe runs under the host's Python 3 (3.8+ has importlib.metadata)
 except ImportError:  # pragma: no cover
     importlib_metadata = None
 
-from ansible.module_utils.cuda_links import driver_libcuda, plan_tree
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links import (
+    driver_libcuda,
+    plan_tree,
+)
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 STATE_TYPES = {
@@ -292,14 +295,14 @@ def ldconfig_libcuda(runner: Runner = run) -> str:
 def check_cuda_links(spec: dict, runner: Runner = run) -> list[str]:
     home = spec["cuda_home"]
     libcuda_stub = spec.get("libcuda_stub", True)
-    plan, _, _, _ = plan_tree(
+    plan = plan_tree(
         home,
         spec.get("cccl_headers") or ["cub", "thrust", "cuda", "nv"],
         lib64=spec.get("lib64", True),
         unversioned_libs=spec.get("unversioned_libs", True),
         libcuda_stub=libcuda_stub,
         driver=ldconfig_libcuda(runner) if libcuda_stub else "",
-    )
+    )[0]  # the plan; the lib folder, stub and build answers are the links module's
     reasons = list(plan.errors)
     reasons += [f"{path}: {'replace dangling' if dangling else 'create'} -> {target}"
                 for path, target, dangling in plan.links]

@@ -9,7 +9,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cuda_links import (
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links import (
     STUB_NAME,
     driver_api_names,
     driver_libcuda,
@@ -108,7 +108,7 @@ def ldconfig_output(module: AnsibleModule) -> str:
     ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
     if not ldconfig:
         return ""
-    rc, out, _ = module.run_command([ldconfig, "-p"])
+    rc, out, _err = module.run_command([ldconfig, "-p"])
     return out if rc == 0 else ""
 
 
@@ -132,7 +132,7 @@ def build_stub(module: AnsibleModule, home: str, stubs: str, cc: str) -> None:
             handle.write(stub_source(names))
         out = os.path.join(tmp, STUB_NAME)
         argv = [compiler, "-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1"]
-        rc, _, err = module.run_command([*argv, "-o", out, source])
+        rc, _out, err = module.run_command([*argv, "-o", out, source])
         if rc != 0:
             module.fail_json(msg=f"building the libcuda.so stub failed: {err.strip()}")
         os.chmod(out, 0o755)
@@ -183,7 +183,7 @@ def main() -> None:
     if changed and not module.check_mode:
         if build:
             build_stub(module, home, os.path.join(lib_dir, "stubs"), module.params["cc"])
-        for path, target, _ in plan.links:
+        for path, target, _dangling in plan.links:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             make_link(path, target)
         for path in plan.removals:

@@ -11,7 +11,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_drain_plan import (
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_drain_plan import (
     DEFAULT_KEEP,
     DrainInputError,
     dropin_text,
@@ -19,7 +19,10 @@ from ansible.module_utils.gpu_drain_plan import (
     plan,
     validate,
 )
-from ansible.module_utils.gpu_nvml import scan_device_holders, unit_of_pid
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
+    scan_device_holders,
+    unit_of_pid,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -156,7 +159,7 @@ class Drain:
     def unit_state(self, unit):
         if not self.systemctl:
             return {"LoadState": "not-found"}
-        _, out = self.run(
+        _rc, out = self.run(
             "show", "--property=LoadState,ActiveState,SubState", "--", unit, check=False
         )
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

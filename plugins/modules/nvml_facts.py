@@ -9,7 +9,10 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpu_nvml import collect, host_resources
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
+    collect,
+    host_resources,
+)
 
 DOCUMENTATION = r"""
 ---

@@ -95,7 +95,7 @@ def parse_meminfo(text):
     """MemAvailable (or MemFree when absent) from /proc/meminfo, in bytes."""
     values = {}
     for line in (text or "").splitlines():
-        key, _, rest = line.partition(":")
+        key, _colon, rest = line.partition(":")
         fields = rest.split()
         if fields and fields[0].isdigit():
             values[key.strip()] = int(fields[0]) * 1024

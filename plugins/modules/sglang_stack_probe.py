@@ -8,13 +8,15 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_stack import (
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
     VERSIONS_CODE,
     describe,
     drift,
     read_marker,
 )
-from ansible.module_utils.state_probe import probe as probe_concerns
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
+    probe as probe_concerns,
+)
 
 DOCUMENTATION = r"""
 module: sglang_stack_probe

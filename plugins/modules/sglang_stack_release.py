@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_stack import (
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
     MARKER,
     VERSIONS_CODE,
     drift,
@@ -24,7 +24,7 @@ from ansible.module_utils.sglang_stack import (
     uv_install_argv,
     uv_venv_argv,
 )
-from ansible.module_utils.uv_tool import ensure_uv, uv_env
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv, uv_env
 
 DOCUMENTATION = r"""
 module: sglang_stack_release

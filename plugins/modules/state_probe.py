@@ -6,7 +6,10 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.state_probe import DPKG_STATUS, probe
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
+    DPKG_STATUS,
+    probe,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -90,7 +93,7 @@ def main() -> None:
         module.fail_json(msg=f"every concern needs a unique name, got {names}")
 
     def runner(argv: list[str]) -> tuple[int, str]:
-        rc, out, _ = module.run_command(argv)
+        rc, out, _err = module.run_command(argv)
         return rc, out
 
     result = probe(module.params["concerns"], module.params["dpkg_status"], runner,

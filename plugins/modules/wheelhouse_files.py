@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.wheelhouse_sets import folder_state
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.wheelhouse_sets import folder_state
 
 DOCUMENTATION = r"""
 module: wheelhouse_files

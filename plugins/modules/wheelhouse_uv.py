@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.uv_tool import ensure_uv
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv
 
 DOCUMENTATION = r"""
 module: wheelhouse_uv

@@ -14,6 +14,7 @@ from tests.loaders import ROOT
 
 ROLES = ROOT / "roles"
 KINDS = ("include_role", "import_role")
+COLLECTION = "sglang_lxc.serving."
 
 
 def _tasks(items):
@@ -34,7 +35,9 @@ def calls_in_tasks() -> dict[str, dict[str, set[str]]]:
                 for kind in KINDS:
                     spec = task.get(f"ansible.builtin.{kind}") or task.get(kind)
                     if spec:
-                        calls.setdefault(spec["name"], set()).add(kind)
+                        # roles call each other by FQCN; the table names the role
+                        name = spec["name"].removeprefix(COLLECTION)
+                        calls.setdefault(name, set()).add(kind)
         meta = yaml.safe_load((role / "meta" / "main.yml").read_text()) or {}
         for dep in meta.get("dependencies") or []:
             calls.setdefault(dep if isinstance(dep, str) else dep["role"], set()).add("dependency")

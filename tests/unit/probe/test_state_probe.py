@@ -10,14 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.loaders import load_file
-
-ROOT = Path(__file__).resolve().parents[3]
-cuda_links = load_file(
-    "ansible.module_utils.cuda_links", ROOT / "plugins/module_utils/cuda_links.py"
-)
-sp = load_file("state_probe_utils", ROOT / "plugins/module_utils/state_probe.py")
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import cuda_links
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import state_probe as sp
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

@@ -59,3 +59,11 @@ def test_plan_errors_carry_ansible_message():
 def test_plan_round_trips_through_json():
     plan = plan_in_subprocess(str(PLAYBOOKS / "all_ok.yml"), [INVENTORY], [])
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).to_dict() == plan.to_dict()
+
+
+def test_a_play_of_run_once_tasks_is_one_milestone():
+    plan = plan_in_subprocess(str(PLAYBOOKS / "run_once.yml"), [INVENTORY], [])
+    assert [(p.name, p.hosts) for p in plan.plays] == [
+        ("Validate once", ["alpha"]),
+        ("Mixed", ["alpha", "beta"]),
+    ]

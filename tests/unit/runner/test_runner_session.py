@@ -12,7 +12,14 @@ import pytest
 from sglang_lxc.checklist import Checklist, ExitCode, RunInfo
 from sglang_lxc.cli import main
 from sglang_lxc.events import ChecklistReducer
-from sglang_lxc.executor import KEPT_EVENTS, NO_LOG_NOTE, RunOptions, RunSession, callback_env
+from sglang_lxc.executor import (
+    CALLBACK,
+    KEPT_EVENTS,
+    NO_LOG_NOTE,
+    RunOptions,
+    RunSession,
+    callback_env,
+)
 from sglang_lxc.planner import Plan, PlannedPlay
 from sglang_lxc.reports import write_json
 
@@ -40,7 +47,7 @@ def fake_runner(recorded: list[dict], rc: int, status: str = "failed", on_event=
 
     def run(**kwargs):
         assert kwargs["ident"] and kwargs["quiet"] is True
-        assert "todo" in kwargs["envvars"]["ANSIBLE_CALLBACKS_ENABLED"].split(",")
+        assert CALLBACK in kwargs["envvars"]["ANSIBLE_CALLBACKS_ENABLED"].split(",")
         run_dir = Path(kwargs["artifact_dir"]) / kwargs["ident"]
         checklist = Checklist(run=RunInfo(id=kwargs["ident"], pid=os.getpid()))
         reducer = ChecklistReducer(checklist, plan)
@@ -115,11 +122,12 @@ def test_callback_env_keeps_configured_callbacks_and_adds_todo(tmp_path):
     cfg = tmp_path / "ansible.cfg"
     cfg.write_text("[defaults]\ncallback_plugins = cb:/abs/cb\ncallbacks_enabled = junit, ara\n")
     env = callback_env(str(cfg), {})
-    dirs = env["ANSIBLE_CALLBACK_PLUGINS"].split(":")
-    assert dirs[:2] == [str(tmp_path / "cb"), "/abs/cb"] and dirs[2].endswith("plugins/callback")
-    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "junit,ara,todo"
-    env = callback_env(str(cfg), {"ANSIBLE_CALLBACKS_ENABLED": "todo,profile_tasks"})
-    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "todo,profile_tasks"
+    assert env["ANSIBLE_CALLBACK_PLUGINS"].split(":") == [str(tmp_path / "cb"), "/abs/cb"]
+    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "junit,ara,sglang_lxc.serving.todo"
+    env = callback_env(str(cfg), {"ANSIBLE_CALLBACKS_ENABLED": f"{CALLBACK},profile_tasks"})
+    assert env["ANSIBLE_CALLBACKS_ENABLED"] == "sglang_lxc.serving.todo,profile_tasks"
+    # the todo callback is found by FQCN (collections_path), not from a folder of ours
+    assert "ANSIBLE_CALLBACK_PLUGINS" not in callback_env(None, {})
 
 
 def test_cli_usage_errors_exit_64(capsys):

@@ -86,8 +86,8 @@ def test_unknown_settings_are_refused():
 
 
 def test_the_validate_plugin_reads_the_same_settings():
-    text = (ROOT / "plugins" / "action" / "sglang_lxc_validate.py").read_text()
-    assert "SERVE_SETTINGS = _serve.SETTINGS" in text
+    text = (ROOT / "plugins" / "plugin_utils" / "validate_serving.py").read_text()
+    assert "SERVE_SETTINGS = serve.SETTINGS" in text
 
 
 def test_readme_lists_the_instance_keys():

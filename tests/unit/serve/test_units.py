@@ -28,7 +28,9 @@ def defaults(role) -> dict:
 def render(role, template: str, **overrides) -> dict[str, list[str]]:
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters.update(CoreFilters().filters())
-    env.filters.update(hardening.FilterModule().filters())
+    # the templates call the collection's filters by FQCN, as Ansible resolves them
+    env.filters.update({f"sglang_lxc.serving.{name}": f
+                        for name, f in hardening.FilterModule().filters().items()})
     values = {**defaults(role), "ansible_managed": "managed", **overrides}
     values = {k: v for k, v in values.items() if not (isinstance(v, str) and "{{" in v)}
     values.setdefault("sglang_router_launch_command", ["/opt/sglang/venv/bin/python"])

@@ -29,7 +29,7 @@ def play(tmp_path_factory) -> Path:
     )
     (d / "play.yml").write_text(
         "- name: sglang inputs\n  hosts: sglang_servers\n  gather_facts: false\n"
-        "  roles:\n    - role: sglang\n"
+        "  roles:\n    - role: sglang_lxc.serving.sglang\n"
     )
     return d
 

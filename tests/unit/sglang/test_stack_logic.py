@@ -18,12 +18,12 @@ from tests.loaders import ROOT, load_file
 
 stack = load_file("sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
 uv_tool = load_file("uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
-sys.modules["ansible.module_utils.cuda_links"] = load_file(
+sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links"] = load_file(
     "cuda_links", ROOT / "plugins/module_utils/cuda_links.py")
 state_probe = load_file("state_probe", ROOT / "plugins/module_utils/state_probe.py")
-sys.modules["ansible.module_utils.sglang_stack"] = stack
-sys.modules["ansible.module_utils.uv_tool"] = uv_tool
-sys.modules["ansible.module_utils.state_probe"] = state_probe
+sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack"] = stack
+sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool"] = uv_tool
+sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe"] = state_probe
 probe_mod = load_file("sglang_stack_probe", ROOT / "plugins/modules/sglang_stack_probe.py")
 release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
 

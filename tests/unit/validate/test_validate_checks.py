@@ -1,4 +1,4 @@
-"""The validation pass (plugins/action/sglang_lxc_validate.py): one test per mistake class.
+"""The validation pass (plugins/plugin_utils/validate_*.py): one test per mistake class.
 
 Each case is one realistic inventory mistake. The check must report it as a problem whose first
 words are the host, that names the variable, and that carries the fix.
@@ -12,10 +12,42 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common import (
+    PLAY_LEVEL_VARS,
+    is_runtime_undefined,
+    spec_problems,
+    template_error_problem,
+    unknown_variables_by_host,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_containers import (
+    container_problems,
+    cross_node_problems,
+    parse_node_state,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_controller import (
+    controller_problems,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_declared import (
+    declared_names,
+    play_role_vars,
+    role_defaults,
+    role_specs,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_router import (
+    router_problems,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_serving import (
+    drain_problems,
+    missing_play_vars,
+    play_level_problems,
+    required_play_vars,
+    serve_problems,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_stack import (
+    stack_problems,
+)
 
-from tests.loaders import ROOT, load_file
-
-v = load_file("sglang_lxc_validate_under_test", ROOT / "plugins/action/sglang_lxc_validate.py")
+from tests.loaders import ROOT
 
 # The node as the lab's node-state script prints it: 2 cores, 24 GiB, no GPU (or 8 with GPUS),
 # bridge lxcbr0 10.0.3.1/24, one template, CT 200 "ct200" at 10.0.3.200.
@@ -61,14 +93,14 @@ DEFAULTS = {
     "groups": ["sglang_servers"],
     "host_vars": {},
 }
-SPECS = v.role_specs()
+SPECS = role_specs()
 CT_OPTIONS = SPECS["proxmox_lxc"]["proxmox_lxc_containers"]["options"]
-DECLARED = v.declared_names()
+DECLARED = declared_names()
 
 
 def state(gpus: bool = False) -> dict:
     text = NODE_STATE.replace("## gpus\n", GPUS) if gpus else NODE_STATE
-    parsed = v.parse_node_state(text)
+    parsed = parse_node_state(text)
     parsed["templates_dir"] = "/var/lib/vz/template/cache"
     return parsed
 
@@ -78,7 +110,7 @@ def ct(num: int, **kw) -> dict:
 
 
 def containers(*cts, gpus=False, recreate=(), live=True, node="pve1") -> list[str]:
-    found, _ = v.container_problems(
+    found, _ = container_problems(
         node, list(cts), DEFAULTS, state(gpus) if live else None, 512, list(recreate), CT_OPTIONS
     )
     return found
@@ -99,23 +131,23 @@ SERVE_BASE = {
 
 
 def serve(gpu_count: int = 8, **kw) -> list[str]:
-    found, _ = v.serve_problems("ct200", {**SERVE_BASE, **kw}, gpu_count)
+    found, _ = serve_problems("ct200", {**SERVE_BASE, **kw}, gpu_count)
     return found
 
 
 def router(**kw) -> list[str]:
-    _, instances = v.serve_problems("ct200", SERVE_BASE, 2)
+    _, instances = serve_problems("ct200", SERVE_BASE, 2)
     values = {"sglang_router_enabled": True, "sglang_router_host": "127.0.0.1",
               "sglang_router_port": 30080, **kw}
-    return v.router_problems("ct200", values, instances)
+    return router_problems("ct200", values, instances)
 
 
 def typed(var: str, value, role: str) -> list[str]:
-    return v.spec_problems("ct200", var, value, SPECS[role][var])
+    return spec_problems("ct200", var, value, SPECS[role][var])
 
 
 def unknown(*names: str) -> list[str]:
-    return v.unknown_variables_by_host({"ct200": list(names), "pve1": list(names)}, DECLARED)
+    return unknown_variables_by_host({"ct200": list(names), "pve1": list(names)}, DECLARED)
 
 
 # (id, problems, host, variable, words of the fix)
@@ -160,7 +192,7 @@ CASES = [
     ("ip-without-prefix", lambda: containers(ct(211, ip="10.0.3.211"), live=False),
      "pve1", "[ct211].ip", "address/prefix"),
     ("containers-not-a-list",
-     lambda: v.container_problems("pve1", {"ct211": {"vmid": 211}}, DEFAULTS, None)[0],
+     lambda: container_problems("pve1", {"ct211": {"vmid": 211}}, DEFAULTS, None)[0],
      "pve1", "proxmox_lxc_containers", "one '- name: ...' entry per container"),
     # container specs against the live node
     ("more-cores-than-node", lambda: containers(ct(211, cores=64)),
@@ -187,10 +219,10 @@ CASES = [
      "pve1", "[ct211].template",
      "/var/lib/vz/template/cache/none.tar.zst not found on pve1. Fix: download it with "
      "`pveam download local none.tar.zst`"),
-    ("recreate-unknown-name", lambda: v.cross_node_problems(["pve1"], [ct(211)], ["ct999"]),
+    ("recreate-unknown-name", lambda: cross_node_problems(["pve1"], [ct(211)], ["ct999"]),
      "controller", "proxmox_lxc_recreate", "not a container in the inventory"),
     ("vmid-twice-across-nodes",
-     lambda: v.cross_node_problems(["pve1", "pve2"], [ct(211), ct(212, vmid=211)], []),
+     lambda: cross_node_problems(["pve1", "pve2"], [ct(211), ct(212, vmid=211)], []),
      "all nodes", "[ct212].vmid", "also used by ct211"),
     # unknown variables and types
     ("misspelled-role-variable", lambda: unknown("sglang_serve_instnaces"),
@@ -249,44 +281,44 @@ CASES = [
     ("router-policy-with-space", lambda: router(sglang_router_policy="round robin"),
      "ct200", "sglang_router_policy", "use a plain value"),
     ("gpus-expected-as-word",
-     lambda: v.play_level_problems("ct200", {"sglang_lxc_gpus_expected": "eight"}),
+     lambda: play_level_problems("ct200", {"sglang_lxc_gpus_expected": "eight"}),
      "ct200", "sglang_lxc_gpus_expected", "must be an integer number of GPUs"),
     ("model-store-relative",
-     lambda: v.play_level_problems("ct200", {"sglang_lxc_model_store": "srv/models"}),
+     lambda: play_level_problems("ct200", {"sglang_lxc_model_store": "srv/models"}),
      "ct200", "sglang_lxc_model_store", "a path starting with /"),
     ("venv-path-unset",
-     lambda: v.missing_play_vars("ct200", {}, v.required_play_vars(v.play_role_vars())),
+     lambda: missing_play_vars("ct200", {}, required_play_vars(play_role_vars())),
      "ct200", "sglang_lxc_venv", "set sglang_lxc_venv in the inventory's group_vars/all/paths.yml"),
     # drain, toolchain, stack
-    ("drain-grace-zero", lambda: v.drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
+    ("drain-grace-zero", lambda: drain_problems("ct200", {"gpu_drain_grace_seconds": 0}),
      "ct200", "gpu_drain_grace_seconds", "e.g. 300"),
     ("drain-force-without-selector",
-     lambda: v.drain_problems("ct200", {"gpu_drain_force": True, "gpu_drain_units": []}),
+     lambda: drain_problems("ct200", {"gpu_drain_force": True, "gpu_drain_units": []}),
      "ct200", "gpu_drain_force", "gpu_drain_gpu_holders: true"),
-    ("drain-unit-pattern", lambda: v.drain_problems("ct200", {"gpu_drain_units": ["train*"]}),
+    ("drain-unit-pattern", lambda: drain_problems("ct200", {"gpu_drain_units": ["train*"]}),
      "ct200", "gpu_drain_units", "name units exactly"),
     ("cuda-release-unknown",
-     lambda: v.stack_problems("ct200", {"cuda_toolkit_version": "13.9",
+     lambda: stack_problems("ct200", {"cuda_toolkit_version": "13.9",
                                         "cuda_toolkit_releases": {"13.0": {}, "13.2": {}}}),
      "ct200", "cuda_toolkit_version", "pick a known release"),
     ("sglang-version-without-lock",
-     lambda: v.stack_problems("ct200", {"sglang_version": "0.4.0",
+     lambda: stack_problems("ct200", {"sglang_version": "0.4.0",
                                         "sglang_lock_dir": str(ROOT / "roles/sglang/files/locks")}),
      "ct200", "sglang_version", "scripts/lock_stack.py --sglang 0.4.0"),
     ("build-slot-not-a-name",
-     lambda: v.stack_problems("ct200", {"sglang_kernel_from_source": True,
+     lambda: stack_problems("ct200", {"sglang_kernel_from_source": True,
                                         "sglang_kernel_build_slot": "kpro6; reboot"}),
      "ct200", "sglang_kernel_build_slot", "use letters, digits"),
     # the controller
     ("ssh-key-missing",
-     lambda: v.controller_problems({"kpro6": "Unable to access the file '~/.ssh/id_ed25519.pub'"},
+     lambda: controller_problems({"kpro6": "Unable to access the file '~/.ssh/id_ed25519.pub'"},
                                    None),
      "kpro6", "proxmox_lxc_ssh_public_key", "ssh-keygen -t ed25519 -f ~/.ssh/id_ed25519"),
     ("wheelhouse-disk-full",
-     lambda: v.controller_problems({}, "/tmp/wheelhouse-nowhere", min_free_gib=10**9, tools={}),
+     lambda: controller_problems({}, "/tmp/wheelhouse-nowhere", min_free_gib=10**9, tools={}),
      "controller", "sglang_lxc_wheelhouse", "point sglang_lxc_wheelhouse at a larger disk"),
     ("tool-missing",
-     lambda: v.controller_problems({}, None, tools={"no-such-tool-h11a": "apt-get install x"}),
+     lambda: controller_problems({}, None, tools={"no-such-tool-h11a": "apt-get install x"}),
      "controller", "PATH", "`apt-get install x`"),
 ]
 
@@ -314,36 +346,36 @@ def test_good_inputs_give_no_problem():
                          allow_ip_outside_bridge=True)) == []
     assert serve() == []
     assert router() == []
-    assert v.drain_problems("ct200", {"gpu_drain_grace_seconds": 60, "gpu_drain_units": []}) == []
+    assert drain_problems("ct200", {"gpu_drain_grace_seconds": 60, "gpu_drain_units": []}) == []
 
 
 def test_internal_magic_and_lab_variables_are_not_unknown():
     names = ["__proxmox_lxc_containers", "__sglang_serve_instances", "inventory_hostname",
              "ansible_host", "groups", "hostvars", "lab_root", "lab_ssh_key", "vault_x",
              "sglang_lxc_model_store", "sglang_serve_endpoints", "sglang_kernel_result"]
-    assert v.unknown_variables_by_host({"ct200": names}, DECLARED) == []
+    assert unknown_variables_by_host({"ct200": names}, DECLARED) == []
 
 
 def test_declared_set_is_specs_defaults_and_play_level():
     for role, options in SPECS.items():
         assert set(options) <= DECLARED, role
-    for role, defaults in v.role_defaults().items():
+    for role, defaults in role_defaults().items():
         assert set(defaults) <= DECLARED, role
     assert "sglang_lxc_gpus_expected" in DECLARED
 
 
 def test_play_level_names_the_plays_need_are_the_ones_without_a_default():
-    required = v.required_play_vars(v.play_role_vars())
+    required = required_play_vars(play_role_vars())
     assert {"sglang_lxc_venv", "sglang_lxc_model_store", "sglang_lxc_wheelhouse",
             "sglang_lxc_node", "sglang_lxc_uv_cache"} <= required
-    assert required <= set(v.PLAY_LEVEL_VARS)
-    assert v.required_play_vars({"r": {"x": "{{ sglang_lxc_venv | default('/v') }}"}}) == set()
+    assert required <= set(PLAY_LEVEL_VARS)
+    assert required_play_vars({"r": {"x": "{{ sglang_lxc_venv | default('/v') }}"}}) == set()
     lab = {n: "/x" for n in required}
-    assert v.missing_play_vars("ct200", lab, required) == []
+    assert missing_play_vars("ct200", lab, required) == []
 
 
 def test_plays_pass_the_model_store_to_sglang_serve():
-    passed = v.play_role_vars()
+    passed = play_role_vars()
     assert "sglang_lxc_model_store" in passed["sglang_serve"]["sglang_serve_model_store"]
 
 
@@ -367,7 +399,7 @@ def test_args_file_is_argv_never_a_shell(tmp_path):
     canary = tmp_path / "canary"
     second = tmp_path / "canary2"
     extra = [f"$(touch {canary})", f"; touch {second}", "`id`", "two words", '{"a": 1}']
-    found, instances = v.serve_problems(
+    found, instances = serve_problems(
         "ct200", {**SERVE_BASE, "sglang_serve_extra_args": extra}, 1
     )
     assert found == []
@@ -395,11 +427,11 @@ def test_args_file_is_argv_never_a_shell(tmp_path):
 def test_values_known_only_at_run_time_are_not_problems():
     from ansible.errors import AnsibleUndefinedVariable
 
-    assert v.is_runtime_undefined(AnsibleUndefinedVariable("'ansible_default_ipv4' is undefined"))
+    assert is_runtime_undefined(AnsibleUndefinedVariable("'ansible_default_ipv4' is undefined"))
     lookup = RuntimeError("The lookup plugin 'ansible.builtin.file' failed: Unable to access "
                           "the file '~/.ssh/id_ed25519.pub'")
-    assert not v.is_runtime_undefined(lookup)
-    line = v.template_error_problem("kpro6", "proxmox_lxc_template_dir", lookup)
+    assert not is_runtime_undefined(lookup)
+    line = template_error_problem("kpro6", "proxmox_lxc_template_dir", lookup)
     assert line.startswith("kpro6: proxmox_lxc_template_dir: cannot be evaluated: The lookup")
     assert "Fix: correct proxmox_lxc_template_dir" in line
 
@@ -414,7 +446,7 @@ def test_node_state_script_reads_the_config_folder_without_pct(tmp_path):
     script = ROOT / "playbooks/files/node_state.sh"
     out = subprocess.run(["bash", str(script), "/bin/false", str(tmp_path), str(configs)],
                          capture_output=True, text=True, check=True).stdout
-    assert v.parse_node_state(out)["containers"] == {213: {"name": "ct213", "ip": "10.0.3.213"}}
+    assert parse_node_state(out)["containers"] == {213: {"name": "ct213", "ip": "10.0.3.213"}}
 
 
 @pytest.mark.parametrize("inventory", ["lab", "example"])
@@ -428,4 +460,4 @@ def test_every_play_level_path_of_the_inventories_is_declared(inventory):
         if isinstance(data, dict):
             names |= {n for n in data if str(n).startswith("sglang_lxc_")}
     assert names, inventory
-    assert names <= set(v.PLAY_LEVEL_VARS), sorted(names - set(v.PLAY_LEVEL_VARS))
+    assert names <= set(PLAY_LEVEL_VARS), sorted(names - set(PLAY_LEVEL_VARS))
