@@ -68,11 +68,12 @@ def down(artifacts: str = "artifacts") -> int:
 def status() -> int:
     """Print the lab's containers and bridge; 0 when the lab is up, 1 when it is not."""
     bridge = subprocess.run(
-        ["ip", "-o", "-4", "addr", "show", "dev", BRIDGE], capture_output=True, text=True
+        ["ip", "-o", "-4", "addr", "show", "dev", BRIDGE], capture_output=True, text=True,
+        check=False,
     )
     print(f"bridge {BRIDGE}: " + (bridge.stdout.split()[3] if bridge.returncode == 0
                                   and bridge.stdout.split()[3:] else "absent"))
-    listing = subprocess.run([str(PCT), "list"], capture_output=True, text=True,
+    listing = subprocess.run([str(PCT), "list"], capture_output=True, text=True, check=False,
                              env={**os.environ, "PCT_STANDIN_ROOT": LAB_ROOT})
     print(listing.stdout.rstrip() or "no lab containers")
     return 0 if bridge.returncode == 0 and listing.stdout.strip() else 1

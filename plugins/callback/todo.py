@@ -6,29 +6,6 @@ ansible-runner's ``awx_display``), ARA's recorder or junit, never instead of the
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import sys
-import threading
-import time
-from pathlib import Path
-from typing import Any
-
-from ansible.plugins.callback import CallbackBase
-from ansible_collections.sglang_lxc.serving.runner import artifacts, reports
-from ansible_collections.sglang_lxc.serving.runner.checklist import (
-    Checklist,
-    RunInfo,
-    Status,
-    TodoItem,
-    now_iso,
-)
-from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer
-from ansible_collections.sglang_lxc.serving.runner.planner import Plan, plan_plays
-from ansible_collections.sglang_lxc.serving.runner.procs import start_time
-from ansible_collections.sglang_lxc.serving.runner.render_live import compact_line, summary_line
-
 DOCUMENTATION = """
 name: todo
 type: aggregate
@@ -71,9 +48,30 @@ options:
         key: live
 """
 
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.callback import CallbackBase
+from ansible_collections.sglang_lxc.serving.runner import artifacts, reports
+from ansible_collections.sglang_lxc.serving.runner.checklist import (
+    Checklist,
+    RunInfo,
+    Status,
+    TodoItem,
+    now_iso,
+)
+from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer
+from ansible_collections.sglang_lxc.serving.runner.planner import Plan, plan_plays
+from ansible_collections.sglang_lxc.serving.runner.procs import start_time
+from ansible_collections.sglang_lxc.serving.runner.render_live import compact_line, summary_line
+
 WRITE_INTERVAL_S = 0.5
-
-
 RUNNER_DIR_ENV = "AWX_ISOLATED_DATA_DIR"  # ansible-runner's artifact folder of the job
 
 

@@ -5,18 +5,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links import (
-    STUB_NAME,
-    driver_api_names,
-    driver_libcuda,
-    plan_tree,
-    stub_source,
-)
-
 DOCUMENTATION = r"""
 ---
 module: cuda_toolkit_links
@@ -65,7 +53,8 @@ options:
     description: C compiler that builds the stub when no driver is present.
     type: str
     default: cc
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -101,6 +90,18 @@ libcuda:
   type: str
   returned: always
 """
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links import (
+    STUB_NAME,
+    driver_api_names,
+    driver_libcuda,
+    plan_tree,
+    stub_source,
+)
 
 
 def ldconfig_output(module: AnsibleModule) -> str:

@@ -5,25 +5,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import time
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_drain_plan import (
-    DEFAULT_KEEP,
-    DrainInputError,
-    dropin_text,
-    normalize_unit,
-    plan,
-    validate,
-)
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
-    scan_device_holders,
-    unit_of_pid,
-)
-
 DOCUMENTATION = r"""
 ---
 module: gpu_drain_stop
@@ -66,7 +47,8 @@ options:
     description: How often to look whether the targets are gone.
     type: float
     default: 0.5
-author: sglang-lxc contributors
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -102,6 +84,25 @@ idle:
   type: list
   returned: always
 """
+
+import contextlib
+import os
+import signal
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_drain_plan import (
+    DEFAULT_KEEP,
+    DrainInputError,
+    dropin_text,
+    normalize_unit,
+    plan,
+    validate,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
+    scan_device_holders,
+    unit_of_pid,
+)
 
 DROPIN_DIR = "/run/systemd/system"
 DROPIN_NAME = "50-sglang-lxc-gpu-drain.conf"

@@ -5,15 +5,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
-    collect,
-    host_resources,
-)
-
 DOCUMENTATION = r"""
 ---
 module: nvml_facts
@@ -36,7 +27,8 @@ options:
     default: []
 requirements:
   - nvidia-ml-py (import name C(pynvml)) in the Python that runs the module
-author: sglang-lxc contributors
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -60,6 +52,15 @@ ansible_facts:
         python (interpreter that ran the module).
       type: dict
 """
+
+import os
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
+    collect,
+    host_resources,
+)
 
 
 def main():

@@ -5,11 +5,6 @@
 
 from __future__ import annotations
 
-import math
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: sglang_build_resources
@@ -26,7 +21,8 @@ options:
     description: Filesystem root the C(/proc) and C(/sys) paths are read under (for tests).
     type: path
     default: /
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -49,6 +45,11 @@ sources:
   type: dict
   returned: always
 """
+
+import math
+import os
+
+from ansible.module_utils.basic import AnsibleModule
 
 UNLIMITED = 1 << 62  # cgroup v1 reports "no limit" as a huge page-aligned number
 

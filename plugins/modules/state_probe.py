@@ -5,12 +5,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
-    DPKG_STATUS,
-    probe,
-)
-
 DOCUMENTATION = r"""
 ---
 module: state_probe
@@ -42,7 +36,8 @@ options:
     description: dpkg's status file.
     type: path
     default: /var/lib/dpkg/status
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -77,6 +72,12 @@ records:
   type: dict
   returned: always
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
+    DPKG_STATUS,
+    probe,
+)
 
 
 def main() -> None:

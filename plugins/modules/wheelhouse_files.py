@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.wheelhouse_sets import folder_state
-
 DOCUMENTATION = r"""
 module: wheelhouse_files
 short_description: What a wheel folder lacks of a set, in one read (read-only)
@@ -20,6 +17,18 @@ options:
     type: list
     elements: dict
     required: true
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: What the node's wheel folder lacks of the stack's set
+  sglang_lxc.serving.wheelhouse_files:
+    path: /var/lib/sglang-lxc/wheelhouse/sglang-0.5.12
+    want:
+      - {name: torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl, size: 899883315}
+  register: folder
+  check_mode: false
 """
 
 RETURN = r"""
@@ -33,6 +42,9 @@ mount: {description: Mount point of that filesystem., type: str, returned: alway
 read_only:
   {description: Whether that filesystem is mounted read-only., type: bool, returned: always}
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.wheelhouse_sets import folder_state
 
 
 def main() -> None:

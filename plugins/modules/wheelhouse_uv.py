@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv
-
 DOCUMENTATION = r"""
 module: wheelhouse_uv
 short_description: uv's binary from its pinned wheel, checked against the wheel's sha256
@@ -19,11 +14,28 @@ options:
   wheel: {description: uv's wheel on the target., type: path, required: true}
   sha256: {description: The wheel's sha256 from the tool lock., type: str, required: true}
   dir: {description: Folder of the binary., type: path, required: true}
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Put uv on the target from its pinned wheel
+  sglang_lxc.serving.wheelhouse_uv:
+    wheel: >-
+      /var/cache/sglang-lxc/node/wheelhouse/sglang-0.5.12/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+    sha256: e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984
+    dir: /usr/local/lib/sglang-lxc/uv-0.13.8
+  register: uv
 """
 
 RETURN = r"""
 path: {description: Path of the uv binary., type: str, returned: success}
 """
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv
 
 
 def main() -> None:
