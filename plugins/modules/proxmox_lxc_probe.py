@@ -81,6 +81,7 @@ attributes:
     support: none
     description: Reports no diff.
   platform:
+    support: full
     platforms: posix
     description: Runs on the controller and, through one shell command, on the Proxmox node.
 notes:

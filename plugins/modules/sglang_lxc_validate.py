@@ -41,6 +41,7 @@ attributes:
     support: none
     description: Reports no diff.
   platform:
+    support: full
     platforms: posix
     description: Runs on the controller.
 """
