@@ -36,15 +36,14 @@ def drain(*, check: bool) -> dict:
         "-i",
         "localhost,",
         "-o",
-        "-M",
-        str(ROOT / "plugins/modules"),
         "-m",
-        "gpu_drain_stop",
+        "sglang_lxc.serving.gpu_drain_stop",
         "-a",
         json.dumps(args),
         *(["--check"] if check else []),
     ]
-    env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
+    env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}  # collections_path: this checkout
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
     assert proc.returncode in (0, 2), proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(proc.stdout)

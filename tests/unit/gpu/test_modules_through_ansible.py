@@ -19,8 +19,6 @@ def adhoc(module: str, args: dict, check: bool = False) -> tuple[str, dict, str]
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(ROOT / "plugins/modules"),
-        "ANSIBLE_MODULE_UTILS": str(ROOT / "plugins/module_utils"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
     }
@@ -34,7 +32,7 @@ def adhoc(module: str, args: dict, check: bool = False) -> tuple[str, dict, str]
         "-e",
         f"ansible_python_interpreter={sys.executable}",
         "-m",
-        module,
+        f"sglang_lxc.serving.{module}",
         "-a",
         json.dumps(args),
     ] + (["--check"] if check else [])
