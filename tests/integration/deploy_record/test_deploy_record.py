@@ -18,7 +18,7 @@ PLAYBOOK = """---
   hosts: localhost
   gather_facts: false
   roles:
-    - role: deploy_record
+    - role: sglang_lxc.serving.deploy_record
       vars:
         deploy_record_role: demo
         deploy_record_status: "{{ status }}"
