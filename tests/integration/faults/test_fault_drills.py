@@ -366,6 +366,7 @@ def test_reboot_mid_role_ends_the_run_within_a_minute(ct, tmp_path):
     # stops at "...over ssh:" (ssh said nothing when the reboot cut its connection)
     todo = json.loads((tmp_path / "latest" / "todo.json").read_text())
     failed = [i for i in todo["todos"] if i["status"] == "failed"]
+    print("reboot drill: todo.json says " + " | ".join(i["message"] for i in failed))
     assert failed and all(not i["message"].rstrip().endswith(":") for i in failed), failed
     assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
     assert sh(ct, f"readlink -f {VENV}") == old  # the interrupted switch left the old venv
