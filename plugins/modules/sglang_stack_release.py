@@ -56,7 +56,8 @@ description:
     C(uv pip install --offline --no-index --require-hashes) with uv's cache in I(uv_cache_dir).
   - The release counts as current only when the venv link points at it and its completion
     marker names I(release); I(repair) rebuilds a current release whose versions drifted, aside,
-    under a new folder name.
+    under a new folder name, or switches to its earlier copy kept as C(previous) when that copy
+    passes the check.
 options:
   venv:
     {description: Public venv path (becomes a symlink)., type: path, required: true}
@@ -296,8 +297,8 @@ def classify(out: str, rc: int, timed_out: bool, ctx: dict) -> str:
         bad += re.findall(r"Failed to extract archive: (\S+\.whl)", out)
         named = ", ".join(sorted(set(bad))) or tail
         return (f"a wheel in {ctx['wheel_dir']} does not match the lock's sha256 ({named}); remove "
-                f"it there and run again, the wheelhouse copies it anew. {removed.capitalize()} "
-                "and the current venv is unchanged.")
+                "it there and run again, the wheelhouse copies it anew. The current venv is "
+                f"unchanged ({removed}).")
     return (f"{ctx.get('installer', 'pip')} install into {where} failed (exit {rc}); "
             f"{removed} and the current venv is unchanged. Last output: {tail}")
 

@@ -131,6 +131,22 @@ def digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
+def test_a_link_that_cannot_be_switched_is_named_and_the_old_release_serves(tmp_path, capsys):
+    """The last step: the new venv link cannot be made (here a folder stands where the module
+    writes it before the rename). A message naming the step, no traceback, the link unchanged,
+    and the kept release it was switching to not removed (this run did not build it)."""
+    venvs = tmp_path / "venvs"
+    make_release(venvs / "r1", FULL, "r1")
+    make_release(venvs / "r2", {**FULL, "idna": "3.11"}, "r2")
+    venv = tree(tmp_path, "r2", "r1")
+    (tmp_path / f"venv.new-{os.getpid()}").mkdir()  # main() runs in this process
+    res = run_module(args(tmp_path, "r1"), capsys)
+    assert res["failed"] and res["msg"].startswith(f"switching the venv link to {venvs / 'r1'} "
+                                                   "failed: "), res
+    assert "nothing was removed and the current venv is unchanged" in res["msg"]
+    assert os.readlink(venv) == "venvs/r2" and (venvs / "r1" / stack.MARKER).exists()
+
+
 def wheel(folder, name: str, version: str, module: str, body: str = "") -> str:
     """A real wheel file (PEP 427) holding one module; returns its sha256."""
     dist = name.replace("-", "_")
