@@ -194,13 +194,24 @@ def test_a_full_disk_while_the_marker_is_written_is_named_and_the_release_remove
     assert os.readlink(venv) == "venvs/r1"  # the old release still serves
 
 
-def test_a_full_disk_while_the_new_release_is_checked_is_named_and_the_release_removed(tmp_path):
-    """ENOSPC from the kernel (/dev/full) in an import of the check, as a module that writes a
-    cache file on import meets a full disk: the disk-full message, not a failed check."""
+@pytest.mark.parametrize("step", ["check", "marker"])
+def test_a_full_disk_after_the_install_is_named_and_the_release_removed(
+        tmp_path, monkeypatch, step):
+    """The steps after the install (finish()) on a release as an install leaves it. check:
+    ENOSPC from the kernel (/dev/full) in an import, as a module that writes a cache file on
+    import meets a full disk; marker: ENOSPC when the marker is flushed. Either way the disk-full
+    message, not a failed check or a traceback, and the release removed and listed."""
     venvs = tmp_path / "venvs"
     new = make_release(venvs / "r2", FULL)
-    site = next(new.glob("lib/python3*/site-packages"))
-    (site / "idna.py").write_text("with open('/dev/full', 'w') as fh:\n    fh.write('x' * 65536)\n")
+    if step == "check":
+        site = next(new.glob("lib/python3*/site-packages"))
+        (site / "idna.py").write_text("with open('/dev/full', 'w') as fh:\n"
+                                      "    fh.write('x' * 65536)\n")
+    else:
+        def fsync(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "fsync", fsync)
     p = args(tmp_path, "r2", ignore_extra=[])
     ctx = {"release_dir": str(new), "releases_dir": str(venvs), "mount": "/opt/sglang",
            "need": 0, "timeout": 5, "wheel_dir": "/w"}
@@ -208,10 +219,14 @@ def test_a_full_disk_while_the_new_release_is_checked_is_named_and_the_release_r
     lock = release.Lock(str(tmp_path / ".lock"))
     with pytest.raises(release.ReleaseFailed) as failed:
         release.finish(p, lock.fd, ctx, result)
+    monkeypatch.undo()
     msg = str(failed.value)
+    during = "checking the new release" if step == "check" else "writing the completion marker of"
     assert msg.startswith("no space left on /opt/sglang ("), msg
-    assert f"while checking the new release {new}; the half-built release {new} was removed" in msg
+    assert f"while {during} {new}; the half-built release {new} was removed" in msg
     assert result["removed"] == [str(new)] and not new.exists()
+    if step == "marker":
+        return
     # a check that fails for another reason says so, and removes the release too
     again = make_release(venvs / "r2", {**FULL, "six": "1.16.0"})
     with pytest.raises(release.ReleaseFailed) as failed:
