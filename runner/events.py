@@ -39,6 +39,10 @@ _NOISE = {
 
 ChangeCallback = Callable[[TodoItem, Status], None]
 
+# What an unreachable host's message says when ssh exited 255 without a word of its own.
+SILENT_SSH = ("ssh printed no error (exit 255): the connection was cut mid-task, as when the host "
+              "reboots, stops or drops off the network; run again once it answers over ssh")
+
 
 def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
     text = _ANSI.sub("", text).strip()
@@ -392,7 +396,11 @@ class ChecklistReducer:
         item.unreachable = True
         self._dead[item.host] = item
         message = failure_message(data.get("res")) or "host unreachable"
-        self._set_status(item, Status.FAILED, message=f"unreachable: {message}")
+        if message.endswith(":"):
+            # ansible's ssh plugin ends "... can be reached over ssh:" with ssh's stderr, which a
+            # connection cut mid-task (a reboot) leaves empty
+            message = f"{message} {SILENT_SSH}"
+        self._set_status(item, Status.FAILED, message=_clip(f"unreachable: {message}"))
 
     def _stats(self, data: dict[str, Any]) -> None:
         if self._current is not None:

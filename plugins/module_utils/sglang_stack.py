@@ -1,6 +1,7 @@
 """The serving stack's logic, shared by the probe (sglang_stack_probe) and the installer
 (sglang_stack_release): drift of a venv against the lock, the installer command lines and the
-requirements file with sha256 (uv itself: module_utils/uv_tool.py).
+requirements file with sha256, and what a release takes on disk (uv itself:
+module_utils/uv_tool.py).
 
 Pure functions where possible, unit-tested in tests/unit/sglang/test_stack_logic.py.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zipfile
 
 # Completion marker of a release venv: written last, after the venv passed its check.
 MARKER = ".sglang-lxc-release.json"
@@ -123,3 +125,59 @@ def read_marker(release_dir: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def pin_wheels(wheel_dir: str, pins: list[str]) -> tuple[list[str], list[str]]:
+    """The wheel file of each pin in wheel_dir, by the name and version in its file name
+    (PEP 427: name-version[-build]-python-abi-platform.whl). Returns (paths, pins without one)."""
+    try:
+        names = sorted(n for n in os.listdir(wheel_dir) if n.endswith(".whl"))
+    except OSError:
+        names = []
+    files = {}
+    for name in names:
+        parts = name[:-4].split("-")
+        if len(parts) >= 5:
+            files.setdefault((norm(parts[0]), parts[1].lower()), name)
+    found, lacking = [], []
+    for pin in pins:
+        dist, version = split_pin(pin)
+        name = files.get((norm(dist), version.lower()))
+        if name:
+            found.append(os.path.join(wheel_dir, name))
+        else:
+            lacking.append(pin)
+    return found, lacking
+
+
+def release_size(wheels: list[str], link_mode: str, block: int = 4096) -> dict:
+    """What installing the wheels writes into a release venv, read from their zip directories.
+
+    copy, clone and hardlink: every file's bytes, rounded up to whole blocks (clone and hardlink
+    fall back to a copy where the filesystem cannot share them, and a hardlinked file is the cache's
+    copy, on the same filesystem). symlink: a link per file, each taking a block (uv's
+    cache paths are longer than what an inode holds inline), the .dist-info files themselves (uv
+    writes RECORD and its own files there). Both: a block per folder. Bytecode written later by the
+    first imports is not counted (sglang_stack_space_factor leaves room for it).
+    """
+    files = unpacked = meta = 0
+    folders: set[str] = set()
+    for path in wheels:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.is_dir():
+                    continue
+                files += 1
+                size = -(-info.file_size // block) * block
+                unpacked += size
+                top = info.filename.split("/", 1)[0]
+                if top.endswith(".dist-info"):
+                    meta += size
+                parent = os.path.dirname(info.filename)
+                while parent and parent not in folders:
+                    folders.add(parent)
+                    parent = os.path.dirname(parent)
+    dirs = len(folders) * block
+    need = files * block + meta + dirs if link_mode == "symlink" else unpacked + dirs
+    return {"bytes": need, "files": files, "folders": len(folders), "unpacked": unpacked,
+            "link_mode": link_mode}

@@ -12,14 +12,17 @@ import shutil
 import signal
 import subprocess
 import time
+import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
     MARKER,
     VERSIONS_CODE,
     drift,
+    pin_wheels,
     pip_install_argv,
     read_marker,
+    release_size,
     requirements_text,
     uv_install_argv,
     uv_venv_argv,
@@ -33,20 +36,28 @@ description:
   - Installs a wheel set into a new venv I(releases_dir)/I(release), with no index (and
     C(--require-hashes) when asked), under an exclusive lock per target that a second install waits
     for (at most I(lock_wait) seconds) and that a still-running orphaned installer keeps holding.
-  - Checks free space first (I(need_bytes)), verifies the new venv (every pin's exact version via
-    importlib.metadata, then I(imports)), writes a completion marker last, then points I(venv)
-    (a symlink) at it with one atomic rename. The release it replaced is kept as C(previous); older
-    releases and half-installed ones are removed. A real folder at I(venv) (an in-place venv of an
-    earlier layout) is moved into I(releases_dir) and kept as C(previous).
-  - A failed install (disk full, killed, timed out, bad wheel) leaves I(venv) as it was; the
-    message says what ran out or broke, and where.
+  - Checks free space first (what the release takes by I(uv_link_mode), estimated from the wheels,
+    times I(space_factor), plus I(space_overhead_mb)), verifies the new venv (every pin's exact
+    version via importlib.metadata, nothing beside them, then I(imports)), writes a completion
+    marker last, then points I(venv) (a symlink) at it with one atomic rename. The release it
+    replaced is kept as C(previous); older releases and half-installed ones are removed. A real
+    folder at I(venv) (an in-place venv of an earlier layout) is moved into I(releases_dir) and
+    kept as C(previous).
+  - A release already in I(releases_dir) with its marker (the one kept as C(previous), for a
+    rollback or a repair) is switched to only after it passes the same check; one that fails it is
+    never switched to (the release is built anew aside, and the failed one removed after the
+    switch).
+  - A failed install or step after it (disk full, killed, timed out, bad wheel, failed check,
+    marker or link not written) leaves I(venv) as it was and removes the half-built release; the
+    message says what ran out or broke, and where, and I(removed) lists the removed folder.
   - With I(installer=uv) (the default) uv's binary is taken out of its pinned wheel
     (I(uv_wheel), checked against I(uv_sha256)) into I(uv_dir) once, the venv is made by
     C(uv venv) (or C(python -m venv) when I(seed_pip)) and the stack installed by
     C(uv pip install --offline --no-index --require-hashes) with uv's cache in I(uv_cache_dir).
   - The release counts as current only when the venv link points at it and its completion
     marker names I(release); I(repair) rebuilds a current release whose versions drifted, aside,
-    under a new folder name.
+    under a new folder name, or switches to its earlier copy kept as C(previous) when that copy
+    passes the check.
 options:
   venv:
     {description: Public venv path (becomes a symlink)., type: path, required: true}
@@ -74,8 +85,15 @@ options:
     default: []
   imports:
     {description: Modules the new venv must import., type: list, elements: str, default: []}
-  need_bytes:
-    {description: Free bytes needed on the releases folder's filesystem., type: int, default: 0}
+  space_factor:
+    description: Free space needed on the releases folder's filesystem, as a multiple of what the
+      release takes there, estimated from the pins' wheels in I(wheel_dir) by I(uv_link_mode)
+      (copy, clone, hardlink - every file's bytes; symlink - a link per file); room for the
+      bytecode of the first imports. 0 with I(space_overhead_mb) 0 skips the check.
+    type: float
+    default: 0
+  space_overhead_mb:
+    {description: MiB needed beyond that (a fresh venv with pip)., type: int, default: 0}
   lock_file:
     {description: The per-target install lock., type: path, required: true}
   lock_wait:
@@ -115,6 +133,16 @@ installed:
   {description: Whether this run installed a new release., type: bool, returned: success}
 elapsed_s:
   {description: Seconds the install took., type: float, returned: success}
+rejected:
+  description: Kept releases that failed their check before a switch (never switched to; the
+    release was built anew and they were removed after the switch).
+  type: list
+  returned: always
+need:
+  description: The free-space estimate (bytes, files, folders, link_mode), when the release was
+    built.
+  type: dict
+  returned: when a release was built and I(space_factor) or I(space_overhead_mb) is set
 """
 
 
@@ -233,21 +261,33 @@ def switch_link(link: str, target: str) -> None:
     os.replace(tmp, link)
 
 
+def disk_full(out: str, ctx: dict) -> bool:
+    """ENOSPC in the output, or (venv hides ensurepip's own output) a full filesystem at the
+    moment of the failure."""
+    return (ctx.get("free_at_failure", 1 << 62) < FULL_BELOW or "No space left on device" in out
+            or "[Errno 28]" in out or "Disk quota exceeded" in out)
+
+
+def full_message(ctx: dict) -> str:
+    free = human(free_bytes(ctx["releases_dir"]))
+    need = f", about {human(ctx['need'])} needed" if ctx.get("need") else ""
+    step = ctx.get("step", "installing the stack into")
+    removed = ctx.get("removed_note", "the half-installed release was removed")
+    return (f"no space left on {ctx['mount']} ({free} free now{need}) while {step} "
+            f"{ctx['release_dir']}; {removed} and the current venv is unchanged. Free space "
+            "there and run again.")
+
+
 def classify(out: str, rc: int, timed_out: bool, ctx: dict) -> str:
     tail = " | ".join(line.strip() for line in out.strip().splitlines()[-6:])
     where = ctx["release_dir"]
+    removed = ctx.get("removed_note", "the half-installed release was removed")
     if timed_out:
         return (f"the stack install into {where} did not finish within {ctx['timeout']} s "
-                f"(sglang_stack_install_timeout) and was stopped; the current venv is unchanged. "
-                f"Last output: {tail}")
-    # venv hides ensurepip's own output, so a full filesystem is also read from its free space
-    # at the moment of the failure
-    full = ctx.get("free_at_failure", 1 << 62) < FULL_BELOW
-    if full or "No space left on device" in out or "[Errno 28]" in out:
-        free = human(free_bytes(ctx["releases_dir"]))
-        return (f"no space left on {ctx['mount']} ({free} free now, about {human(ctx['need'])} "
-                f"needed) while installing the stack into {where}; the half-installed release was "
-                "removed and the current venv is unchanged. Free space there and run again.")
+                f"(sglang_stack_install_timeout) and was stopped; {removed} and the current venv "
+                f"is unchanged. Last output: {tail}")
+    if disk_full(out, ctx):
+        return full_message(ctx)
     # pip: "THESE PACKAGES DO NOT MATCH THE HASHES"; uv: "Hash mismatch for `pin`", or, for a
     # wheel cut short, "Failed to extract archive: <file>"
     if ("DO NOT MATCH THE HASHES" in out or "hash mismatch" in out.lower()
@@ -258,10 +298,9 @@ def classify(out: str, rc: int, timed_out: bool, ctx: dict) -> str:
         named = ", ".join(sorted(set(bad))) or tail
         return (f"a wheel in {ctx['wheel_dir']} does not match the lock's sha256 ({named}); remove "
                 "it there and run again, the wheelhouse copies it anew. The current venv is "
-                "unchanged.")
+                f"unchanged ({removed}).")
     return (f"{ctx.get('installer', 'pip')} install into {where} failed (exit {rc}); "
-            "the current venv is unchanged. "
-            f"Last output: {tail}")
+            f"{removed} and the current venv is unchanged. Last output: {tail}")
 
 
 def remove_tree(path: str) -> None:
@@ -271,23 +310,37 @@ def remove_tree(path: str) -> None:
             os.unlink(path)
 
 
+def aside_dir(path: str) -> str:
+    """A new folder name beside path (path.<time>), one that no folder holds yet."""
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    name, n = f"{path}.{stamp}", 1
+    while os.path.lexists(name):
+        name, n = f"{path}.{stamp}-{n}", n + 1
+    return name
+
+
 def new_release_dir(releases: str, release: str, current: str | None, repair: bool) -> str:
-    """Folder to build the release in: its own name, or beside the live one when that folder is
-    what the link serves (a repair, or a marker lost by hand): the live venv is never rebuilt."""
+    """Folder to build the release in, or to switch to when it is there with its marker and
+    passes its check: its own name, or beside the live one when that folder is what the link
+    serves (a repair, or a marker lost by hand): the live venv is never rebuilt."""
     path = os.path.join(releases, release)
     if current and os.path.realpath(path) == current:
-        return f"{path}.{time.strftime('%Y%m%d%H%M%S')}"
+        return aside_dir(path)
     return path
 
 
 def check_release(release_dir: str, p: dict, lock_fd: int) -> list[str]:
     """Every pin at its exact version, nothing beside them, then the imports."""
     python = os.path.join(release_dir, "bin", "python")
-    rc, out, _ = run([python, "-I", "-c", VERSIONS_CODE], 600, lock_fd)
-    lines = out.strip().splitlines()
-    if rc != 0 or not lines:
-        return [out[-2000:]]
-    d = drift(p["pins"], json.loads(lines[-1])["versions"], p["ignore_extra"])
+    try:
+        rc, out, _ = run([python, "-I", "-c", VERSIONS_CODE], 600, lock_fd)
+        lines = out.strip().splitlines()
+        versions = json.loads(lines[-1])["versions"] if rc == 0 and lines else None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"{python}: {exc}"]
+    if versions is None:
+        return [f"{python} exit {rc}: {out[-2000:]}"]
+    d = drift(p["pins"], versions, p["ignore_extra"])
     problems = [f"{pin} (found nothing)" for pin in d["missing"]]
     problems += [f"{w['pin']} (found {w['found']})" for w in d["wrong"]]
     problems += [f"{x} (not in the lock)" for x in d["extra"]]
@@ -326,6 +379,122 @@ def install(p: dict, release_dir: str, lock_fd: int, ctx: dict) -> tuple[int, st
     return rc, out, timed_out
 
 
+def write_marker(release_dir: str, data: dict) -> None:
+    """The completion marker, written beside and renamed into place, flushed to disk."""
+    marker = os.path.join(release_dir, MARKER)
+    tmp = f"{marker}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, marker)
+
+
+def estimate_need(p: dict, block: int) -> dict | None:
+    """Free bytes the release needs on its filesystem (None when the check is off)."""
+    if not (p["space_factor"] or p["space_overhead_mb"]):
+        return None
+    wheels, lacking = pin_wheels(p["wheel_dir"], p["pins"])
+    size = release_size(wheels, p["uv_link_mode"] if p["installer"] == "uv" else "copy", block)
+    size["lacking"] = len(lacking)  # pins without a wheel here: the install names them
+    size["need"] = int(size["bytes"] * p["space_factor"] + p["space_overhead_mb"] * 1048576)
+    return size
+
+
+class ReleaseFailed(Exception):
+    """A step of the new release failed; the message says what, where, and what was removed."""
+
+
+def discard(release_dir: str, result: dict) -> str:
+    """Remove a release this run built (half-built, or failed a step): says what was removed."""
+    if not os.path.lexists(release_dir):
+        return "nothing was left to remove"
+    remove_tree(release_dir)
+    result["removed"].append(release_dir)
+    return f"the half-built release {release_dir} was removed"
+
+
+def step_failed(ctx: dict, result: dict, what: str, built: bool = True) -> str:
+    """The message for a failed step after the install (ctx["step"]): the free space is read
+    first, then the half-built release is removed and the removal said; a full filesystem gets
+    the same message as a full disk during the install."""
+    ctx["free_at_failure"] = free_bytes(ctx["releases_dir"])
+    ctx["removed_note"] = (discard(ctx["release_dir"], result) if built
+                           else "nothing was removed")
+    if disk_full(what, ctx):
+        return full_message(ctx)
+    return (f"{ctx['step']} {ctx['release_dir']} failed: {what}; {ctx['removed_note']} and the "
+            "current venv is unchanged.")
+
+
+def build(module: AnsibleModule, p: dict, lock_fd: int, ctx: dict, result: dict) -> None:
+    """Install the release into ctx["release_dir"], check it and mark it complete. Any failure
+    removes it and raises ReleaseFailed with the message."""
+    release_dir, releases = ctx["release_dir"], ctx["releases_dir"]
+    try:
+        need = estimate_need(p, os.statvfs(releases).f_frsize or 4096)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        module.warn(f"could not estimate the release's size from {p['wheel_dir']}: {exc}")
+        need = None
+    if need:
+        result["need"] = need
+        ctx["need"] = need["need"]
+        free = free_bytes(releases)
+        if free < need["need"]:
+            raise ReleaseFailed(
+                f"no space left on {ctx['mount']} ({human(free)} free, about "
+                f"{human(need['need'])} needed: {human(need['bytes'])} for {need['files']} files "
+                f"in {need['link_mode']} mode x {p['space_factor']:g} + "
+                f"{p['space_overhead_mb']} MiB) to install the stack into {release_dir}; the "
+                "current venv is unchanged. Free space there and run again.")
+    start = time.monotonic()
+    if p["installer"] == "uv":
+        if not (p["uv_wheel"] and p["uv_sha256"] and p["uv_dir"]):
+            raise ReleaseFailed("installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's wheel "
+                                "is not in the set); the current venv is unchanged.")
+        try:
+            ctx["uv"], result["uv_extracted"] = ensure_uv(
+                p["uv_wheel"], p["uv_sha256"], p["uv_dir"])
+        except (OSError, ValueError) as exc:
+            raise ReleaseFailed(f"could not take uv out of its wheel: {exc}; the current venv "
+                                "is unchanged.") from None
+    ctx["step"] = "installing the stack into"
+    try:
+        rc, out, timed_out = install(p, release_dir, lock_fd, ctx)
+    except (OSError, ValueError) as exc:
+        rc, out, timed_out = 1, str(exc), False
+    if rc != 0:
+        ctx["free_at_failure"] = free_bytes(releases)
+        ctx["removed_note"] = discard(release_dir, result)
+        result["rc"], result["stdout"] = rc, out[-4000:]
+        raise ReleaseFailed(classify(out, rc, timed_out, ctx))
+    finish(p, lock_fd, ctx, result)
+    result["installed"] = True
+    result["elapsed_s"] = round(time.monotonic() - start, 1)
+
+
+def finish(p: dict, lock_fd: int, ctx: dict, result: dict) -> None:
+    """The steps after the install: check the release, then mark it complete. A failure removes
+    it and raises ReleaseFailed, with the disk-full message when the filesystem ran full."""
+    release_dir, releases = ctx["release_dir"], ctx["releases_dir"]
+    ctx["step"] = "checking the new release"
+    problems = check_release(release_dir, p, lock_fd)
+    if problems:
+        what = "; ".join(problems[:10])
+        if disk_full(what, {"free_at_failure": free_bytes(releases)}):
+            raise ReleaseFailed(step_failed(ctx, result, what))
+        raise ReleaseFailed(
+            f"the new release {release_dir} failed its check; {discard(release_dir, result)} "
+            f"and the current venv is unchanged: {what}")
+    ctx["step"] = "writing the completion marker of"
+    try:
+        write_marker(release_dir, {
+            "release": p["release"], "pins": len(p["pins"]), "imports": p["imports"],
+            "installer": p["installer"], "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    except OSError as exc:
+        raise ReleaseFailed(step_failed(ctx, result, str(exc))) from None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -339,7 +508,8 @@ def main() -> None:
             "install_args": {"type": "list", "elements": "str", "default": []},
             "pins": {"type": "list", "elements": "str", "default": []},
             "imports": {"type": "list", "elements": "str", "default": []},
-            "need_bytes": {"type": "int", "default": 0},
+            "space_factor": {"type": "float", "default": 0},
+            "space_overhead_mb": {"type": "int", "default": 0},
             "lock_file": {"type": "path", "required": True},
             "lock_wait": {"type": "int", "default": 600},
             "timeout": {"type": "int", "default": 3600},
@@ -364,8 +534,9 @@ def main() -> None:
     up_to_date = bool(marker) and marker.get("release") == p["release"] and not p["repair"]
     release_dir = new_release_dir(releases, p["release"], current, p["repair"])
     result = {"release": current if up_to_date else release_dir,
-              "previous": link_target(previous_link), "removed": [], "installed": False,
-              "elapsed_s": 0.0, "lock_waited_s": 0.0, "installer": p["installer"]}
+              "previous": link_target(previous_link), "removed": [], "rejected": [],
+              "installed": False, "elapsed_s": 0.0, "lock_waited_s": 0.0,
+              "installer": p["installer"]}
     if up_to_date:
         module.exit_json(changed=False, **result)
     if module.check_mode:
@@ -386,73 +557,56 @@ def main() -> None:
     current = link_target(venv)
     legacy = os.path.isdir(venv) and not os.path.islink(venv)
     release_dir = new_release_dir(releases, p["release"], current, p["repair"])
-    result["release"] = release_dir
-    marker = os.path.join(release_dir, MARKER)
-    ctx = {"release_dir": release_dir, "releases_dir": releases, "mount": mount_point(releases),
-           "need": p["need_bytes"], "timeout": p["timeout"], "wheel_dir": p["wheel_dir"],
-           "installer": p["installer"]}
     done = read_marker(release_dir)
-    if not (done and done.get("release") == p["release"]):
+    if done and done.get("release") == p["release"]:
+        # a finished release kept here (previous): switched to only if it passes the same check
+        # as a new one, else it is built anew aside and the failed one goes after the switch
+        problems = check_release(release_dir, p, lock.fd)
+        if problems:
+            result["rejected"].append(release_dir)
+            rejected, release_dir = release_dir, aside_dir(os.path.join(releases, p["release"]))
+            module.warn(f"the kept release {rejected} failed its check, so it is not switched "
+                        f"to; the release is built anew as {release_dir}: "
+                        f"{'; '.join(problems[:10])}")
+            done = None
+    result["release"] = release_dir
+    ctx = {"release_dir": release_dir, "releases_dir": releases, "mount": mount_point(releases),
+           "need": 0, "timeout": p["timeout"], "wheel_dir": p["wheel_dir"],
+           "installer": p["installer"]}
+    built = not (done and done.get("release") == p["release"])
+    if built:
         if os.path.lexists(release_dir):
             remove_tree(release_dir)
             result["removed"].append(release_dir)
             module.warn(f"removed the half-installed release {release_dir} "
                         "left by an interrupted install")
-        free = free_bytes(releases)
-        if p["need_bytes"] and free < p["need_bytes"]:
-            module.fail_json(msg=(
-                f"no space left on {ctx['mount']} ({human(free)} free, about "
-                f"{human(p['need_bytes'])} needed) to install the stack into {release_dir}; the "
-                "current venv is unchanged. Free space there and run again."), **result)
-        start = time.monotonic()
-        if p["installer"] == "uv":
-            if not (p["uv_wheel"] and p["uv_sha256"] and p["uv_dir"]):
-                module.fail_json(msg="installer uv needs uv_wheel, uv_sha256 and uv_dir (uv's "
-                                 "wheel is not in the set); the current venv is unchanged.",
-                                 **result)
-            try:
-                ctx["uv"], result["uv_extracted"] = ensure_uv(
-                    p["uv_wheel"], p["uv_sha256"], p["uv_dir"])
-            except (OSError, ValueError) as exc:
-                module.fail_json(msg=f"could not take uv out of its wheel: {exc}; the current "
-                                 "venv is unchanged.", **result)
         try:
-            rc, out, timed_out = install(p, release_dir, lock.fd, ctx)
-        except (OSError, ValueError) as exc:
-            rc, out, timed_out = 1, str(exc), False
-        if rc != 0:
-            ctx["free_at_failure"] = free_bytes(releases)
-            msg = classify(out, rc, timed_out, ctx)
-            remove_tree(release_dir)
-            module.fail_json(msg=msg, rc=rc, stdout=out[-4000:], **result)
-        problems = check_release(release_dir, p, lock.fd)
-        if problems:
-            remove_tree(release_dir)
-            module.fail_json(msg=(
-                f"the new release {release_dir} failed its check, so it was removed and the "
-                f"current venv is unchanged: {'; '.join(problems[:10])}"), **result)
-        tmp = f"{marker}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"release": p["release"], "pins": len(p["pins"]), "imports": p["imports"],
-                       "installer": p["installer"],
-                       "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, marker)
-        result["installed"] = True
-        result["elapsed_s"] = round(time.monotonic() - start, 1)
+            build(module, p, lock.fd, ctx, result)
+        except ReleaseFailed as exc:
+            module.fail_json(msg=str(exc), **result)
 
     # Switch: the old current becomes previous; one rename makes the new one current.
     old = None
-    if legacy:
-        old = os.path.join(releases, "legacy-" + time.strftime("%Y%m%d%H%M%S"))
-        os.rename(venv, old)
-    elif current and current != os.path.realpath(release_dir) and os.path.isdir(current):
-        old = current
-    switch_link(venv, release_dir)
+    try:
+        if legacy:
+            old = os.path.join(releases, "legacy-" + time.strftime("%Y%m%d%H%M%S"))
+            os.rename(venv, old)
+        elif current and current != os.path.realpath(release_dir) and os.path.isdir(current):
+            old = current
+        switch_link(venv, release_dir)
+    except OSError as exc:
+        if legacy and old and os.path.isdir(old) and not os.path.lexists(venv):
+            os.rename(old, venv)  # the in-place venv goes back where it served
+        ctx["step"] = "switching the venv link to"
+        module.fail_json(msg=step_failed(ctx, result, str(exc), built=built), **result)
+    keep = {os.path.realpath(release_dir)}
     if old:
-        switch_link(previous_link, old)
-    keep = {os.path.realpath(release_dir), link_target(previous_link)}
+        keep.add(old)  # serving until its units restart; kept even if the link below fails
+        try:
+            switch_link(previous_link, old)
+        except OSError as exc:
+            module.warn(f"could not point {previous_link} at {old}: {exc}; it is kept")
+    keep.add(link_target(previous_link))
     for name in sorted(os.listdir(releases)):
         path = os.path.join(releases, name)
         if name == PREVIOUS or os.path.islink(path) or not os.path.isdir(path):

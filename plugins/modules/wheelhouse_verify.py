@@ -17,8 +17,12 @@ description:
   - Computes the sha256 of each listed wheel in I(path) and compares it with the hashes the set
     allows (the lock's). A file whose digest is not among them (truncated, corrupt, replaced) is
     removed, so the next pip download fetches it again; the result names its controller path.
-  - Digests are cached in I(cache) by size and modification time, so an unchanged wheelhouse is not
-    read again on every run.
+  - Digests are cached in I(cache) by size, modification time, change time and inode, so an
+    unchanged wheelhouse is not read again on every run. Any change through the filesystem moves
+    the change time (no one can set it back) or the inode (a file renamed over it), so a file
+    rewritten in place at its old size with its old modification time put back is read again.
+    What the key cannot see is damage beneath the filesystem (a bad disk), which the targets'
+    C(--require-hashes) install still refuses.
 options:
   path:
     description: Controller folder of the set.
@@ -35,7 +39,7 @@ options:
     elements: str
     required: true
   cache:
-    description: JSON file that caches digests by name, size and modification time.
+    description: JSON file that caches digests by name, size, mtime, ctime and inode.
     type: path
     required: true
   remove:
@@ -91,6 +95,12 @@ def save_cache(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def stat_key(st: os.stat_result) -> list[int]:
+    """What the cached digest of a file is keyed on: a write, a utime (even one that puts the
+    old mtime back), a chmod or a rename over it changes st_ctime or st_ino."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def verify(folder: str, files: list[str], allowed: set[str], cache: dict, remove: bool,
            check_mode: bool) -> dict:
     bad, missing, checked, hashed = [], [], 0, 0
@@ -102,7 +112,7 @@ def verify(folder: str, files: list[str], allowed: set[str], cache: dict, remove
             missing.append(name)
             cache.pop(name, None)
             continue
-        key = [st.st_size, st.st_mtime_ns]
+        key = stat_key(st)
         entry = cache.get(name)
         if isinstance(entry, dict) and entry.get("stat") == key:
             digest = entry.get("sha256", "")

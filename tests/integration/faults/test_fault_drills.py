@@ -144,10 +144,11 @@ def pins_version(pins: dict[str, str], name: str) -> str:
 class Run:
     """ansible-playbook in the background (its own session), its output read by a thread."""
 
-    def __init__(self, ct, extra_vars: dict):
+    def __init__(self, ct, extra_vars: dict, artifacts: Path | None = None):
         cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(ct.inventory), str(REPO / PLAYBOOK),
                "--limit", ct.name, "-e", json.dumps(extra_vars)]
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=lab_env(), stdout=subprocess.PIPE,
+        env = lab_env(**({"SGLANG_LXC_ARTIFACTS": str(artifacts)} if artifacts else {}))
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -242,6 +243,42 @@ def test_truncated_controller_wheel_is_named_and_fetched_again(ct, controller_wh
     assert_recovers(ct, "0.1.4")
 
 
+def site_packages_rm(ct, release: str, dist: str) -> None:
+    """Take one distribution's metadata out of a release, as a stray `pip uninstall` would."""
+    sh(ct, f"rm -rf {release}/lib/python3*/site-packages/{dist}-*.dist-info")
+
+
+def test_a_repair_checks_the_kept_copy_before_switching_to_it(ct):
+    """Issue 21: the kept `previous` is an earlier copy of the current release (a repair builds
+    aside), marked complete. Break the current release, break `previous` differently, run once:
+    the run must not switch to `previous` on the word of its marker, and the next probe finds
+    nothing (the next run reports changed=0)."""
+    version = venv_versions(ct)["sglang"]
+    live = sh(ct, f"readlink -f {VENV}")
+    kept = sh(ct, f"readlink -f {RELEASES}/previous", check=False)
+    if not kept or not live.startswith(kept + "."):
+        # make `previous` an earlier copy of this release: damage it, and a repair builds aside
+        # (the truncated-wheel drill before this one leaves that state: then nothing runs here)
+        site_packages_rm(ct, live, "six")
+        assert converge(ct, version).rc == 0
+        kept, live = live, sh(ct, f"readlink -f {VENV}")
+    site_packages_rm(ct, live, "idna")
+    site_packages_rm(ct, kept, "nest_asyncio")
+    start = time.monotonic()
+    result = converge(ct, version)
+    print(f"kept-copy drill: {time.monotonic() - start:.1f} s")
+    assert result.rc == 0, str(result)
+    assert "1 missing (idna==" in result.output  # what the probe found
+    now = sh(ct, f"readlink -f {VENV}")
+    assert now not in (live, kept) and now.startswith(kept + "."), now  # built anew aside
+    assert f"the kept release {kept} failed its check" in " ".join(result.output.split())
+    assert sh(ct, f"test -e {kept} && echo kept || echo removed") == "removed"
+    again = converge(ct, version)
+    assert again.rc == 0 and again.changed == 0, str(again)
+    assert "Say what would change in the stack" not in again.output  # the probe found nothing
+    assert venv_versions(ct)["sglang"] == version
+
+
 def test_a_held_install_lock_is_waited_for_or_reported(ct):
     old = sh(ct, f"readlink -f {VENV}")
     hold_lock(ct)
@@ -305,14 +342,14 @@ def test_kill_9_of_the_installer_and_the_controller_mid_install(ct):
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 
 
-def test_reboot_mid_role_ends_the_run_within_a_minute(ct):
+def test_reboot_mid_role_ends_the_run_within_a_minute(ct, tmp_path):
     old = sh(ct, f"readlink -f {VENV}")
     target = "0.1.4" if venv_versions(ct)["sglang"] == "0.1.5" else "0.1.5"
     # The install task blocks on the lock, held by a process that ignores SIGTERM: it outlives
     # the shutdown's SIGTERM, so the task is still in flight when the container goes down.
     sh(ct, f"setsid flock {LOCK} sh -c 'trap \"\" TERM HUP INT; sleep 600' >/dev/null 2>&1 "
            "</dev/null & sleep 0.5")
-    run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=600))
+    run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=600), artifacts=tmp_path)
     assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
     time.sleep(3)
     rebooted = time.monotonic()
@@ -325,6 +362,12 @@ def test_reboot_mid_role_ends_the_run_within_a_minute(ct):
     assert rc != 0, out[-3000:]
     assert "UNREACHABLE" in out or "MODULE FAILURE" in out, out[-3000:]
     assert ended_after < 120, out[-3000:]
+    # the checklist says why the host went, in todo.json as on the terminal: not a message that
+    # stops at "...over ssh:" (ssh said nothing when the reboot cut its connection)
+    todo = json.loads((tmp_path / "latest" / "todo.json").read_text())
+    failed = [i for i in todo["todos"] if i["status"] == "failed"]
+    print("reboot drill: todo.json says " + " | ".join(i["message"] for i in failed))
+    assert failed and all(not i["message"].rstrip().endswith(":") for i in failed), failed
     assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
     assert sh(ct, f"readlink -f {VENV}") == old  # the interrupted switch left the old venv
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")

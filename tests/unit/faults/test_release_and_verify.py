@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -149,3 +150,30 @@ def test_a_failure_on_a_full_filesystem_says_so_without_errno_28(tmp_path):
            "timeout": 5, "wheel_dir": "/w", "free_at_failure": 4096}
     out = "Error: Command '[..., 'ensurepip', '--upgrade']' returned non-zero exit status 1."
     assert release.classify(out, 1, False, ctx).startswith("no space left on /opt/sglang (")
+
+
+def test_verify_rehashes_a_same_size_same_mtime_rewrite_on_a_warm_cache(tmp_path):
+    """Issue 21: bytes changed in place at the same size, the mtime put back (as `touch -r`,
+    `cp --preserve` or a careless restore do). Size and mtime match the cache; the change time
+    (which no one can set back) and the inode are in the key too, so the file is read again."""
+    wheel = tmp_path / "a-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"good wheel")
+    allowed = {hashlib.sha256(b"good wheel").hexdigest()}
+    cache: dict = {}
+    assert verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True, False)["checked"]
+    before = os.stat(wheel)
+    time.sleep(0.02)  # a kernel without fine-grained timestamps moves ctime once per clock tick
+    with open(wheel, "r+b") as fh:  # in place: the same inode
+        fh.write(b"evil")
+    os.utime(wheel, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(wheel)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    result = verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True, False)
+    assert result["hashed_bytes"] == len(b"good wheel")  # read again, not taken from the cache
+    assert [b["sha256"] for b in result["bad"]] == [hashlib.sha256(b"evil wheel").hexdigest()]
+    assert not wheel.exists()
+    # a file that did not change is still taken from the cache
+    wheel.write_bytes(b"good wheel")
+    verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True, False)
+    assert verify_mod.verify(str(tmp_path), [wheel.name], allowed, cache, True,
+                             False)["hashed_bytes"] == 0

@@ -103,6 +103,28 @@ def test_recorded_unreachable_host():
     assert "127.0.0.2" in ghost.message
 
 
+def test_unreachable_after_a_reboot_says_what_cut_the_connection():
+    """Issue 21: a container rebooted mid-task. ansible's ssh plugin ends its message with ssh's
+    stderr, empty when the connection was cut, so it stopped at "...over ssh:". The checklist
+    (and todo.json, the same item) says what that means."""
+    plan = make_plan(("Install the stack", ["ct285"]))
+    said = ('Task failed: Data could not be sent to remote host "10.0.3.185". Make sure this host '
+            "can be reached over ssh: ")
+    events = [play_start("Install the stack"),
+              on("unreachable", "ct285", res={"msg": said, "unreachable": True, "changed": False})]
+    checklist, code, _ = replay(plan, events, ansible_rc=4)
+    item = by_id(checklist)["1-ct285"]
+    assert code is ExitCode.UNREACHABLE and item.unreachable
+    assert item.message.startswith("unreachable: Task failed: Data could not be sent")
+    assert not item.message.rstrip().endswith(":")
+    assert "over ssh: ssh printed no error (exit 255): the connection was cut mid-task" in (
+        item.message)
+    # a message with ssh's own words keeps them and gains nothing
+    events[1]["event_data"]["res"]["msg"] = said + "ssh: connect to host 10.0.3.185: No route"
+    item = by_id(replay(plan, events, ansible_rc=4)[0])["1-ct285"]
+    assert item.message.endswith("over ssh: ssh: connect to host 10.0.3.185: No route")
+
+
 def test_recorded_skips_with_condition_and_with_declared_reason():
     plan = make_plan(("Launch instances", ["alpha"]), ("Build sgl-kernel", ["alpha"]),
                      conditions={"skipped.yml:9": ["gpu_count | int > 0"]})
