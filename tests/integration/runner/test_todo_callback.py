@@ -253,7 +253,8 @@ def test_status_tells_a_dead_run_from_a_running_one(tmp_path):
 
 
 def test_the_callback_documents_its_options():
-    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "callback", "sglang_lxc.serving.todo"],
+    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "callback",
+                           "sglang_lxc.serving.todo"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                                "ANSIBLE_NOCOLOR": "1"})

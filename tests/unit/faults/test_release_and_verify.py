@@ -11,15 +11,8 @@ import sys
 import time
 
 import pytest
-
-from tests.loaders import ROOT, load_file
-
-verify_mod = load_file("wheelhouse_verify", ROOT / "plugins/modules/wheelhouse_verify.py")
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack"] = load_file(
-    "sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool"] = load_file(
-    "uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
-release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
+from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
+from ansible_collections.sglang_lxc.serving.plugins.modules import wheelhouse_verify as verify_mod
 
 
 def test_verify_removes_a_truncated_wheel_and_caches_good_digests(tmp_path):

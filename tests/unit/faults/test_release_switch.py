@@ -19,14 +19,8 @@ import zipfile
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-
-from tests.loaders import ROOT, load_file
-
-stack = load_file("sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
-sys.modules["ansible.module_utils.sglang_stack"] = stack
-sys.modules["ansible.module_utils.uv_tool"] = load_file(
-    "uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
-release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack as stack
+from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
 PINS = ["idna==3.10", "nest-asyncio==1.6.0", "six==1.17.0"]
 MODULES = {"idna": "idna", "nest-asyncio": "nest_asyncio", "six": "six"}

@@ -13,19 +13,10 @@ import sys
 import zipfile
 
 import pytest
-
-from tests.loaders import ROOT, load_file
-
-stack = load_file("sglang_stack", ROOT / "plugins/module_utils/sglang_stack.py")
-uv_tool = load_file("uv_tool", ROOT / "plugins/module_utils/uv_tool.py")
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.cuda_links"] = load_file(
-    "cuda_links", ROOT / "plugins/module_utils/cuda_links.py")
-state_probe = load_file("state_probe", ROOT / "plugins/module_utils/state_probe.py")
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack"] = stack
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool"] = uv_tool
-sys.modules["ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe"] = state_probe
-probe_mod = load_file("sglang_stack_probe", ROOT / "plugins/modules/sglang_stack_probe.py")
-release = load_file("sglang_stack_release", ROOT / "plugins/modules/sglang_stack_release.py")
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack as stack
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import uv_tool
+from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_probe as probe_mod
+from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
 PINS = ["idna==3.10", "Nest_Asyncio==1.6.0", "six==1.17.0"]
 
