@@ -3,21 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
-    VERSIONS_CODE,
-    describe,
-    drift,
-    read_marker,
-)
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
-    probe as probe_concerns,
-)
-
 DOCUMENTATION = r"""
 module: sglang_stack_probe
 short_description: The serving venv's state against the lock, in one call (read-only)
@@ -57,6 +42,20 @@ options:
     type: list
     elements: str
     default: []
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Read the serving venv's whole state in one call
+  sglang_lxc.serving.sglang_stack_probe:
+    stack: true
+    venv: /opt/sglang/venv
+    release: 0.5.12-1a2b3c4d5e
+    pins: [sglang==0.5.12, torch==2.11.0]
+    python: /usr/bin/python3
+  register: stack
+  check_mode: false
 """
 
 RETURN = r"""
@@ -77,7 +76,7 @@ wrong:
   {description: "Pins installed at another version ({pin, found})", type: list,
    returned: when I(stack)}
 extra: {description: Installed distributions the lock lacks., type: list, returned: when I(stack)}
-reasons: {description: Why the stack drifted, one line each., type: list, returned: always}
+reasons: {description: "Why the stack drifted, one line each.", type: list, returned: always}
 python_version:
   {description: "I(python)'s major.minor, null when it does not run or none was given.",
    type: str, returned: always}
@@ -85,6 +84,22 @@ state:
   {description: "module state_probe's answer for I(concerns): drift, drifted, records.",
    type: dict, returned: always}
 """
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
+    VERSIONS_CODE,
+    describe,
+    drift,
+    read_marker,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
+    probe as probe_concerns,
+)
+
 
 def installed_versions(venv: str) -> tuple[dict[str, str] | None, str]:
     python = os.path.join(venv, "bin", "python")

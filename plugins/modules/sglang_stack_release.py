@@ -3,32 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-import re
-import shutil
-import signal
-import subprocess
-import time
-import zipfile
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
-    MARKER,
-    VERSIONS_CODE,
-    drift,
-    pin_wheels,
-    pip_install_argv,
-    read_marker,
-    release_size,
-    requirements_text,
-    uv_install_argv,
-    uv_venv_argv,
-)
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv, uv_env
-
 DOCUMENTATION = r"""
 module: sglang_stack_release
 short_description: Build the serving venv aside and switch to it with one rename
@@ -120,13 +94,39 @@ options:
   repair:
     {description: Rebuild the release even when it is current (its versions drifted)., type: bool,
      default: false}
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Build the locked stack aside and switch the serving venv to it
+  sglang_lxc.serving.sglang_stack_release:
+    venv: /opt/sglang/venv
+    releases_dir: /opt/sglang/venvs
+    release: 0.5.12-1a2b3c4d5e
+    python: /usr/bin/python3
+    wheel_dir: /var/cache/sglang-lxc/node/wheelhouse/sglang-0.5.12
+    hashes:
+      sglang==0.5.12: 5f0c...        # the lock's sha256 of each pin's wheel
+    pins: [sglang==0.5.12]
+    imports: [sglang]
+    install_args: [--no-deps]
+    uv_wheel: /var/cache/sglang-lxc/node/wheelhouse/sglang-0.5.12/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+    uv_sha256: e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984
+    uv_dir: /usr/local/lib/sglang-lxc/uv-0.13.8
+    uv_cache_dir: /var/cache/sglang-lxc/node/uv
+    uv_link_mode: symlink
+    space_factor: 1.25
+    space_overhead_mb: 64
+    lock_file: /opt/sglang/.sglang-lxc-install.lock
+  register: release
 """
 
 RETURN = r"""
 release:
   {description: Path of the release now current., type: str, returned: success}
 previous:
-  {description: Path of the release kept for rollback, or null., type: str, returned: success}
+  {description: "Path of the release kept for rollback, or null.", type: str, returned: success}
 removed:
   {description: Release folders removed (older or half-installed)., type: list, returned: success}
 installed:
@@ -145,6 +145,31 @@ need:
   returned: when a release was built and I(space_factor) or I(space_overhead_mb) is set
 """
 
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import zipfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
+    MARKER,
+    VERSIONS_CODE,
+    drift,
+    pin_wheels,
+    pip_install_argv,
+    read_marker,
+    release_size,
+    requirements_text,
+    uv_install_argv,
+    uv_venv_argv,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.uv_tool import ensure_uv, uv_env
 
 # Free bytes under which a failed install is reported as a full filesystem.
 FULL_BELOW = 16 * 1024 * 1024

@@ -3,13 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: wheelhouse_verify
 short_description: Check the controller's wheels against their sha256 and remove the bad ones
@@ -46,6 +39,19 @@ options:
     description: Remove the files that fail the check.
     type: bool
     default: true
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check the controller's copies of the stack's wheels against the lock
+  sglang_lxc.serving.wheelhouse_verify:
+    path: ~/.cache/sglang-lxc/wheelhouse/sglang-0.5.12
+    files: [torch-2.11.0-cp311-cp311-manylinux_2_28_x86_64.whl]
+    hashes: [e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984]
+    cache: ~/.cache/sglang-lxc/wheelhouse/sglang-0.5.12/.sets/verified.json
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
@@ -67,6 +73,12 @@ hashed_bytes:
   returned: always
 """
 
+import hashlib
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
 
 
 def sha256_of(path: str) -> str:
