@@ -180,7 +180,7 @@ def main() -> None:
             module.fail_json(msg=f"could not read the serving venv {p['venv']}: {exc}")
 
     def runner(argv: list[str]) -> tuple[int, str]:
-        rc, out, _ = module.run_command(argv)
+        rc, out, _err = module.run_command(argv)
         return rc, out
 
     result["python_version"] = python_version(p["python"])

@@ -111,7 +111,8 @@ EXAMPLES = r"""
     pins: [sglang==0.5.12]
     imports: [sglang]
     install_args: [--no-deps]
-    uv_wheel: /var/cache/sglang-lxc/node/wheelhouse/sglang-0.5.12/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+    uv_wheel: >-
+      /var/cache/sglang-lxc/node/wheelhouse/sglang-0.5.12/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
     uv_sha256: e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984
     uv_dir: /usr/local/lib/sglang-lxc/uv-0.13.8
     uv_cache_dir: /var/cache/sglang-lxc/node/uv
@@ -262,11 +263,11 @@ def run(argv: list[str], timeout: int, lock_fd: int,
                             start_new_session=True, pass_fds=(lock_fd,),
                             env={**os.environ, **(env or {})})
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _err = proc.communicate(timeout=timeout)
         return proc.returncode, out, False
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        out, _err = proc.communicate()
         return -9, out, True
 
 
@@ -358,7 +359,7 @@ def check_release(release_dir: str, p: dict, lock_fd: int) -> list[str]:
     """Every pin at its exact version, nothing beside them, then the imports."""
     python = os.path.join(release_dir, "bin", "python")
     try:
-        rc, out, _ = run([python, "-I", "-c", VERSIONS_CODE], 600, lock_fd)
+        rc, out, _err = run([python, "-I", "-c", VERSIONS_CODE], 600, lock_fd)
         lines = out.strip().splitlines()
         versions = json.loads(lines[-1])["versions"] if rc == 0 and lines else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -370,7 +371,7 @@ def check_release(release_dir: str, p: dict, lock_fd: int) -> list[str]:
     problems += [f"{w['pin']} (found {w['found']})" for w in d["wrong"]]
     problems += [f"{x} (not in the lock)" for x in d["extra"]]
     if p["imports"]:
-        rc, out, _ = run([python, "-c", IMPORTS_CODE, json.dumps(p["imports"])], 600, lock_fd)
+        rc, out, _err = run([python, "-c", IMPORTS_CODE, json.dumps(p["imports"])], 600, lock_fd)
         lines = out.strip().splitlines()
         problems += json.loads(lines[-1]) if rc == 0 and lines else [out[-2000:]]
     return problems
