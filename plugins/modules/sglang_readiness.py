@@ -98,6 +98,16 @@ table:
 verdict:
   description: E.g. "8/8 healthy".
   type: str
+summary:
+  description: >-
+    One line for a checklist, e.g. "7/8 healthy; gpu3 loading 43% (235/547 GB, 1.9 GB/s, ETA
+    2m40s)".
+  type: str
+progress:
+  description: >-
+    Per instance, as fields - name, state, elapsed_s and, while loading, percent, done_bytes,
+    total_bytes, rate_bps, eta_s, shards_done, shards_total, cached, text.
+  type: list
 instances:
   description: >-
     Per-instance observation and classification; C(progress) holds the load progress as fields
@@ -683,6 +693,14 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
     outcome = outcome_of(states, now - started, float(params["timeout"]))
     healthy = states.count("healthy")
     verdict = f"{healthy}/{len(rows)} healthy"
+    waiting = [
+        f"{r['name']} loading {r['progress']['text']}"
+        if r["progress"].get("text")
+        else f"{r['name']} {r['state']}"
+        for r in rows
+        if r["state"] != "healthy"
+    ]
+    summary = "; ".join([verdict, *waiting])
     msg = verdict
     if outcome in TERMINAL_BAD:
         bad = [r for r in rows if r["state"] == outcome]
@@ -700,6 +718,11 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         "done": outcome != "waiting",
         "outcome": outcome,
         "verdict": verdict,
+        "summary": summary,
+        "progress": [
+            {"name": r["name"], "state": r["state"], "elapsed_s": r["elapsed"], **r["progress"]}
+            for r in rows
+        ],
         "msg": msg,
         "report": report,
         "table": render_table(rows),
