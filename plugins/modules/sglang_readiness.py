@@ -289,9 +289,14 @@ def load_progress(
         done = min(int(read), total)
         progress["done_bytes"] = done
         progress["percent"] = int(done * 100 // total)
-        if len(samples) >= 2 and samples[-1][0] - samples[0][0] >= 1:
-            span = samples[-1][0] - samples[0][0]
-            rate = max(0.0, (samples[-1][1] - samples[0][1]) / span)
+        # from the last sample before reads began to move (a flat start, e.g. the imports
+        # before the weights, would understate the rate for a whole window)
+        moving = samples
+        while len(moving) > 2 and moving[1][1] == moving[0][1]:
+            moving = moving[1:]
+        if len(moving) >= 2 and moving[-1][0] - moving[0][0] >= 1:
+            span = moving[-1][0] - moving[0][0]
+            rate = max(0.0, (moving[-1][1] - moving[0][1]) / span)
             progress["rate_bps"] = round(rate)
             if rate > 0 and done < total:
                 progress["eta_s"] = round((total - done) / rate)

@@ -73,6 +73,10 @@ import_seconds:
   description: Seconds the venv's python took to import SGLang's parser.
   type: float
   returned: when the parser ran
+cpu_seconds:
+  description: CPU seconds (user + system) of the parsing process, the import included.
+  type: float
+  returned: when the parser ran
 seconds:
   description: Seconds the whole check took.
   type: float
@@ -116,7 +120,10 @@ with tempfile.TemporaryDirectory() as private:
         except (Refused, ValueError) as exc:
             entry.update(ok=False, error=str(exc))
         results.append(entry)
-print(json.dumps({"results": results, "import_seconds": round(imported - started, 2)}))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"results": results, "import_seconds": round(imported - started, 2),
+                  "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2)}))
 """
 
 _ARGUMENT = re.compile(r"^argument (\S+?): ")
@@ -221,6 +228,7 @@ def run_check(params: dict[str, Any]) -> dict[str, Any]:
         "changed": False,
         "results": report["results"],
         "import_seconds": report.get("import_seconds"),
+        "cpu_seconds": report.get("cpu_seconds"),
         "seconds": seconds,
     }
     if refused:

@@ -390,5 +390,5 @@ def test_api_key_appears_in_no_output(ct):
     # no process's command line holds it (the scan reads the key from the files, not from its
     # own command line): the server read it from --config
     scan = json.loads(ct.exec("python3", "-c", CMDLINE_SCAN).stdout)
-    assert scan["keys"] == 1 and scan["processes"] > 10 and scan["holding"] == [], scan
+    assert scan["keys"] == 1 and scan["processes"] >= 5 and scan["holding"] == [], scan
     assert http(ct, 30000, "/v1/models", KEY) == "200"

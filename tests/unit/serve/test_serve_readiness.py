@@ -311,3 +311,12 @@ def test_hybrid_cgroup_hierarchies_are_read(monkeypatch, tmp_path):
     (root / "system.slice" / "sglang@gpu0.service" / "cgroup.procs").write_text("1\n2\n")
     monkeypatch.setattr(readiness, "CGROUP_ROOTS", (str(tmp_path / "none"), str(root)))
     assert readiness.cgroup_pids("/system.slice/sglang@gpu0.service") == ["1", "2"]
+
+
+def test_the_rate_starts_when_reads_start():
+    """Twenty flat seconds (the imports) then 40 MB/s: the rate is 40 MB/s from the start."""
+    total, record = 2 * GB, None
+    for t in range(0, 30):
+        read = 0 if t <= 20 else 40 * 10**6 * (t - 20)
+        record = classify(obs(read_bytes=read, total_bytes=total), record, float(t), 900)
+    assert record["progress"]["rate_bps"] == 40 * 10**6
