@@ -33,7 +33,7 @@ description:
     read calls) by every process of the unit's cgroup, or GPU memory used (NVML, when the driver
     library loads). A slow load that still moves is never hung.
   - While an instance loads it reports load progress, e.g.
-    C(loading 43% (235/547 GB, 1.9 GB/s, ETA 2m40s)): the total is the size of the model's
+    C(loading 43% (235/547 GB, 1.9 GB/s, ETA 2m40s)). The total is the size of the model's
     weight files (those the safetensors index names, else the C(*.safetensors) files of the
     folder, else C(*.bin)/C(*.pt)) plus the draft model's; done is the bytes every process of
     the unit's cgroup read from disk (TP workers are children of the server); the rate is taken
@@ -78,7 +78,7 @@ options:
   rate_window:
     description: Seconds of samples the read rate (and so the ETA) is taken over.
     type: float
-    default: 30
+    default: 10
 author: sglang-lxc
 """
 
@@ -241,11 +241,13 @@ def resident_bytes(files: list[str]) -> int | None:
 GB = 1e9
 
 
-def format_bytes(count: float) -> str:
-    """547 GB, 1.9 GB, 38 MB (decimal units, as model sizes are given)."""
-    if count >= 100 * GB:
+def format_bytes(count: float, like: float | None = None) -> str:
+    """547 GB, 1.9 GB, 38 MB (decimal units, as model sizes are given); in the unit and
+    precision ``like`` would get, when given (235/547 GB, 0.9/2.1 GB)."""
+    scale = count if like is None else like
+    if scale >= 100 * GB:
         return f"{count / GB:.0f} GB"
-    if count >= GB:
+    if scale >= GB:
         return f"{count / GB:.1f} GB"
     return f"{count / 1e6:.0f} MB"
 
@@ -318,10 +320,8 @@ def progress_text(progress: dict[str, Any]) -> str:
         return ", ".join(p for p in ("cached", shard_text or "weights in page cache") if p)
     if progress.get("done_bytes") is None:
         return shard_text
-    parts = [
-        f"{format_bytes(progress['done_bytes']).split()[0]}/"
-        f"{format_bytes(progress['total_bytes'])}"
-    ]
+    total = progress["total_bytes"]
+    parts = [f"{format_bytes(progress['done_bytes'], total).split()[0]}/{format_bytes(total)}"]
     if progress.get("rate_bps") is not None:
         parts.append(f"{format_bytes(progress['rate_bps'])}/s")
     if progress.get("eta_s") is not None:
@@ -336,7 +336,7 @@ def classify(
     previous: dict[str, Any] | None,
     now: float,
     stall_timeout: float,
-    rate_window: float = 30.0,
+    rate_window: float = 10.0,
 ) -> dict[str, Any]:
     """Classify one observation; returns the instance's new state record.
 
@@ -625,7 +625,7 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
     records: dict[str, Any] = dict(state.get("instances", {}))
     nvml = Nvml()
     observations: dict[str, dict[str, Any]] = {}
-    window = float(params.get("rate_window") or 30.0)
+    window = float(params.get("rate_window") or 10.0)
     weights: dict[str, list[str]] = {}
     resident: dict[str, int | None] = {}
     while True:
@@ -747,7 +747,7 @@ def main() -> None:
             "timeout": {"type": "float", "default": 3600.0},
             "state": {"type": "dict", "default": {}},
             "log_lines": {"type": "int", "default": 20},
-            "rate_window": {"type": "float", "default": 30.0},
+            "rate_window": {"type": "float", "default": 10.0},
         },
         supports_check_mode=True,
     )

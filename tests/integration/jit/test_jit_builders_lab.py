@@ -400,16 +400,20 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     started = time.monotonic()
     thread.start()
     samples: list[dict] = []
+    seen: list[dict] = []
+    misses: list[str] = []
     killed_at = None
     while thread.is_alive() and time.monotonic() - started < 500:
         time.sleep(0.5)
         try:
             todos = json.loads((artifacts / "latest" / "todo.json").read_text())["todos"]
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError) as exc:
+            misses.append(f"{time.monotonic() - started:.1f} {exc}")
             continue
         for todo in todos:
             for entry in (todo.get("activity") or {}).get("instances", []):
-                if entry.get("name") == "gpu0" and entry not in samples:
+                if entry.get("name") == "gpu0" and entry not in seen:  # a new round's report
+                    seen.append(entry)
                     samples.append({**entry, "t": round(time.monotonic() - started, 1)})
         last = samples[-1] if samples else {}
         if killed_at is None and (last.get("percent") or 0) >= 85:
@@ -421,11 +425,13 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     moving = [s for s in loading if s.get("rate_bps") and 5 <= (s.get("percent") or 0) < 100]
     FIGURES["load"] = {
         "total_bytes": total, "throttle_bps": THROTTLE, "killed_at_percent": killed_at,
-        "samples": [{k: s.get(k) for k in ("t", "percent", "rate_bps", "eta_s", "text")}
+        "samples": [{k: s.get(k) for k in ("elapsed_s", "percent", "rate_bps", "eta_s", "text")}
                     for s in loading],
         "rate_errors": [round(s["rate_bps"] / THROTTLE - 1, 3) for s in moving],
-        "predicted_end": [round(s["t"] + s["eta_s"], 1) for s in moving if s.get("eta_s")],
+        # when each report expects the load to end (seconds since the instance was first seen)
+        "predicted_end": [s["elapsed_s"] + s["eta_s"] for s in moving if s.get("eta_s")],
         "hung": result.output.count(" hung"),
+        "todo_json_misses": misses[-5:],
     }
     assert killed_at is not None, samples
     assert result.rc != 0, str(result)

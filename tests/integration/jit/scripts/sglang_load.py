@@ -28,7 +28,9 @@ def make(folder: str, shards: str, shard_mb: str) -> dict:
     import torch
     from safetensors.torch import save_file
 
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    for name in os.listdir(folder):  # a model made before, with another shard count
+        os.unlink(os.path.join(folder, name))
     count, size = int(shards), int(shard_mb) * 1024 * 1024
     weight_map, total = {}, 0
     for index in range(1, count + 1):
@@ -51,6 +53,7 @@ def make(folder: str, shards: str, shard_mb: str) -> dict:
                    "num_key_value_heads": 8, "vocab_size": 32000}, f)
     os.sync()
     for name in os.listdir(folder):  # out of the page cache: the load must read the disk
+        os.chmod(os.path.join(folder, name), 0o644)  # the service user reads the model store
         fd = os.open(os.path.join(folder, name), os.O_RDONLY)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
