@@ -416,13 +416,19 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
                     seen.append(entry)
                     samples.append({**entry, "t": round(time.monotonic() - started, 1)})
         last = samples[-1] if samples else {}
-        if killed_at is None and (last.get("percent") or 0) >= 85:
-            sh(ct, f"systemctl kill -s KILL {UNIT}")
-            killed_at = last["percent"]
+        if killed_at is None and (last.get("percent") or 0) >= 50:
+            # near the end: read the unit's own counter each second and kill it at 80%
+            read = sh(ct, f"cat /proc/$(systemctl show -p MainPID --value {UNIT})/io",
+                      check=False).stdout
+            done = re.search(r"read_bytes: (\d+)", read)
+            if done and int(done.group(1)) >= 0.8 * total:
+                sh(ct, f"systemctl kill -s KILL {UNIT}")
+                killed_at = round(int(done.group(1)) * 100 / total)
     thread.join(timeout=120)
     result = outcome["result"]
     loading = [s for s in samples if s["state"] == "loading" and s.get("total_bytes")]
-    moving = [s for s in loading if s.get("rate_bps") and 5 <= (s.get("percent") or 0) < 100]
+    # the weights under way: before, the unit imports SGLang (its libraries' reads count too)
+    moving = [s for s in loading if s.get("rate_bps") and 15 <= (s.get("percent") or 0) < 100]
     FIGURES["load"] = {
         "total_bytes": total, "throttle_bps": THROTTLE, "killed_at_percent": killed_at,
         "samples": [{k: s.get(k) for k in ("elapsed_s", "percent", "rate_bps", "eta_s", "text")}
@@ -439,10 +445,10 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     percents = [s["percent"] for s in loading]
     assert percents == sorted(percents), percents
     assert all(s["total_bytes"] == total for s in loading)
-    assert len(moving) >= 5, moving
+    assert len(moving) >= 4, moving
     assert all(abs(s["rate_bps"] / THROTTLE - 1) <= 0.2 for s in moving), moving
     ends = FIGURES["load"]["predicted_end"]
-    assert max(ends[len(ends) // 2:]) - min(ends[len(ends) // 2:]) <= 10, ends  # converged
+    assert max(ends) - min(ends) <= 10, ends  # every report expects the same end: converged
     assert " hung" not in result.output
     assert f"{UNIT} crashed" in result.output, str(result)
     assert f"log lines of {UNIT}:" in result.output
