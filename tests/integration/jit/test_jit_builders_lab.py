@@ -305,7 +305,7 @@ SERVE_VARS = {
     "sglang_serve_launch_command": ["/usr/bin/python3", STANDIN],
     "sglang_serve_env": {"SGLANG_STANDIN_LOAD_SECONDS": "1", "SGLANG_STANDIN_WARMUP_SECONDS": "1"},
     "sglang_serve_api_key": SERVE_KEY,
-    "sglang_serve_report_interval": 5,
+    "sglang_serve_report_interval": 4,  # 10 or more reports in a minute of loading
     "sglang_serve_stall_timeout": 120,
     "sglang_serve_ready_timeout": 400,
     "sglang_serve_restart_sec": 2,
