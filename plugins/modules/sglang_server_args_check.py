@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -25,7 +26,8 @@ description:
     error text. Nothing is written and nothing is restarted.
   - The config options (the API key) reach the parser through a file in a private temporary
     folder (0700) that is removed at once. They are never passed on a command line.
-  - Changes nothing; it runs the same in check mode.
+  - Changes nothing; it runs the same in check mode, except that there a missing O(python) (a
+    new host whose stack was only checked, not installed) skips the parse.
 options:
   python:
     description: The serving venv's interpreter (it imports C(sglang.srt.server_args)).
@@ -253,6 +255,15 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if module.check_mode and not os.path.exists(module.params["python"]):
+        # a check run on a new host: the stack play ran in check mode too, nothing installed
+        module.exit_json(
+            changed=False,
+            skipped=True,
+            results=[],
+            seconds=0.0,
+            msg=f"{module.params['python']} is not there yet (check mode): arguments not parsed",
+        )
     result = run_check(module.params)
     if result.pop("failed", False):
         module.fail_json(**result)
