@@ -9,15 +9,29 @@ pytest tests/infra/test_sglang_serve.py --hosts=ansible://sglang_servers
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.milestone("sglang_serve")
 
 CONFIG_DIR = "/etc/sglang/instances"
+
+
+def _cmdline_scan() -> str:
+    """The scan in cmdline_scan.py beside this file (the lab suites run it too)."""
+    path = Path(__file__).with_name("cmdline_scan.py")
+    spec = importlib.util.spec_from_file_location("sglang_lxc_cmdline_scan", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CMDLINE_SCAN
+
+
+CMDLINE_SCAN = _cmdline_scan()
 UNIT = "/etc/systemd/system/sglang@.service"
 HARDENING = (
     "NoNewPrivileges=yes",
@@ -45,27 +59,6 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-# Run on the host as root with python3: reads every instance's --config file, then every
-# /proc/*/cmdline, and prints {"processes": N, "holding": [pids], "keys": K} (never a key: the
-# keys travel from the files into this process only, never on a command line).
-CMDLINE_SCAN = r"""
-import glob, json, os
-keys = set()
-for path in glob.glob("CONFIG_DIR/*.yaml"):
-    for line in open(path, encoding="utf-8"):
-        if line.startswith("api-key:"):
-            keys.add(json.loads(line.split(":", 1)[1]).encode())
-read, holding = 0, []
-for path in glob.glob("/proc/[0-9]*/cmdline"):
-    try:
-        data = open(path, "rb").read()
-    except OSError:
-        continue
-    read += 1
-    if any(key in data for key in keys):
-        holding.append(int(path.split("/")[2]))
-print(json.dumps({"processes": read, "holding": holding, "keys": len(keys)}))
-""".replace("CONFIG_DIR", CONFIG_DIR)
 
 
 def bearer_header(name: str) -> str:

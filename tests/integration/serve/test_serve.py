@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.infra.test_sglang_serve import CMDLINE_SCAN
+from tests.infra.cmdline_scan import CMDLINE_SCAN
 from tests.lablib import REPO, ansible_playbook, pct
 
 pytestmark = pytest.mark.lab
