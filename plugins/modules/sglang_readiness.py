@@ -186,6 +186,8 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 def weight_files(model_path: str) -> list[str]:
     """The files SGLang loads weights from: those the safetensors index names (SGLang drops the
     others), else every ``*.safetensors`` of the folder, else ``*.bin`` / ``*.pt``."""
+    if not model_path:
+        return []
     index = os.path.join(model_path, "model.safetensors.index.json")
     try:
         with open(index, encoding="utf-8") as handle:

@@ -320,3 +320,21 @@ def test_the_rate_starts_when_reads_start():
         read = 0 if t <= 20 else 40 * 10**6 * (t - 20)
         record = classify(obs(read_bytes=read, total_bytes=total), record, float(t), 900)
     assert record["progress"]["rate_bps"] == 40 * 10**6
+
+
+def test_rounds_publish_progress_as_fields_and_a_summary(monkeypatch):
+    monkeypatch.setattr(readiness, "total_size", lambda files: 10 * GB)
+
+    def script(name, t):
+        if name == "gpu0":
+            return obs(port_open=True, http_status=200, model_listed=True)
+        return obs(read_bytes=int(t * GB / 10), log_count=int(t))
+
+    result = rounds(monkeypatch, script, interval=6.0)[0]
+    gpu1 = next(p for p in result["progress"] if p["name"] == "gpu1")
+    assert gpu1["state"] == "loading" and gpu1["total_bytes"] == 10 * GB
+    assert gpu1["rate_bps"] == GB // 10 and gpu1["percent"] == 6
+    assert result["summary"].startswith("1/2 healthy; gpu1 loading 6% (0.6/10.0 GB, 100 MB/s")
+    gpu0 = next(p for p in result["progress"] if p["name"] == "gpu0")
+    assert gpu0 == {"name": "gpu0", "state": "healthy", "elapsed_s": gpu0["elapsed_s"]}
+    assert "LOAD" in result["table"][0] and "6% (0.6/10.0 GB" in result["table"][2]
