@@ -320,8 +320,8 @@ def progress_text(progress: dict[str, Any]) -> str:
     shard_text = f"shards {shards[0]}/{shards[1]}" if shards else ""
     if progress.get("cached"):
         return ", ".join(p for p in ("cached", shard_text or "weights in page cache") if p)
-    if progress.get("done_bytes") is None:
-        return shard_text
+    if progress.get("done_bytes") is None:  # no weight files here to weigh: SGLang's shards
+        return f"{progress['percent']}% ({shard_text})" if shard_text else ""
     total = progress["total_bytes"]
     parts = [f"{format_bytes(progress['done_bytes'], total).split()[0]}/{format_bytes(total)}"]
     if progress.get("rate_bps") is not None:
