@@ -351,6 +351,8 @@ def classify(
     if previous.get("signature") != signature:
         last_progress = now
     progress, samples = load_progress(obs, previous, now, rate_window)
+    if obs.get("crash") and previous.get("progress"):
+        progress = previous["progress"]  # where the load was (its processes are gone now)
     record = {
         "first_seen": first_seen,
         "last_progress": last_progress,
@@ -679,8 +681,9 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
             "elapsed": int(now - record["first_seen"]),
             "since_progress": int(now - record["last_progress"]),
             "last_log": obs.get("last_log", ""),
+            # while loading, and where a load stopped (crashed, hung)
             "progress": {k: v for k, v in (record.get("progress") or {}).items() if k != "shards"}
-            if record["state"] == "loading"
+            if record["state"] in ("loading", *TERMINAL_BAD)
             else {},
         }
         label = record.get("label") if record["state"] == "loading" else None

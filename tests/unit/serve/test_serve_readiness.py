@@ -338,3 +338,11 @@ def test_rounds_publish_progress_as_fields_and_a_summary(monkeypatch):
     gpu0 = next(p for p in result["progress"] if p["name"] == "gpu0")
     assert gpu0 == {"name": "gpu0", "state": "healthy", "elapsed_s": gpu0["elapsed_s"]}
     assert "LOAD" in result["table"][0] and "6% (0.6/10.0 GB" in result["table"][2]
+
+
+def test_a_crash_keeps_where_the_load_was():
+    record = classify(obs(read_bytes=0, total_bytes=10 * GB), None, 0.0, 900)
+    record = classify(obs(read_bytes=4 * GB, total_bytes=10 * GB), record, 10.0, 900)
+    crashed = classify(obs(read_bytes=0, total_bytes=10 * GB, crash="killed"), record, 11.0, 900)
+    assert crashed["state"] == "crashed"
+    assert crashed["progress"]["percent"] == 40
