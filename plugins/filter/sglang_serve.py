@@ -437,6 +437,12 @@ def sglang_serve_instances(
     return instances
 
 
+def sglang_serve_deployed(instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The instances as deployed, for the deploy record: without ``argv_from`` (where each
+    argument came from), so explicit instances equal to the per-GPU default keep the record."""
+    return [{k: v for k, v in i.items() if k != "argv_from"} for i in instances]
+
+
 def sglang_serve_endpoints(instances: Sequence[Mapping[str, Any]]) -> list[str]:
     """Worker URLs of resolved instances, for a router in front of them."""
     urls = []
@@ -464,5 +470,6 @@ class FilterModule:
         return {
             "sglang_serve_instances": sglang_serve_instances,
             "sglang_serve_endpoints": sglang_serve_endpoints,
+            "sglang_serve_deployed": sglang_serve_deployed,
             "sglang_serve_describe": sglang_serve_describe,
         }

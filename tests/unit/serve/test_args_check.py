@@ -94,3 +94,12 @@ def test_a_refused_config_option_is_named_by_its_variable_never_its_value():
     message = check.refusal_message(instance(), "argument --api-key: expected one argument",
                                     {"api-key": "sglang_serve_api_key"})
     assert message.startswith("sglang_serve_api_key (in the --config file; value hidden)")
+
+
+def test_the_deploy_record_holds_what_runs_not_where_it_came_from():
+    per_gpu = serve_filter.sglang_serve_instances(SETTINGS, 1)
+    explicit = serve_filter.sglang_serve_instances(
+        {**SETTINGS, "instances": [{"name": "gpu0", "gpus": [0]}]}, 1)
+    assert per_gpu[0]["argv_from"] != explicit[0]["argv_from"]
+    assert serve_filter.sglang_serve_deployed(per_gpu) == serve_filter.sglang_serve_deployed(
+        explicit)
