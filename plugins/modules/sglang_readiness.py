@@ -36,7 +36,8 @@ description:
     C(loading 43% (235/547 GB, 1.9 GB/s, ETA 2m40s)). The total is the size of the model's
     weight files (those the safetensors index names, else the C(*.safetensors) files of the
     folder, else C(*.bin)/C(*.pt)) plus the draft model's; done is the bytes every process of
-    the unit's cgroup read from disk (TP workers are children of the server); the rate is taken
+    the unit's cgroup read from disk (TP workers are children of the server), plus the bytes
+    of the weights that were in the page cache when the wait began (C(fincore)); the rate is taken
     over the last O(rate_window) seconds. SGLang's own shard lines (C(Loading safetensors
     checkpoint shards), C(Multi-thread loading shards)) add C(shards i/n) where the journal has
     them. When the bytes read stay flat and the weights are in the page cache (C(fincore)), it
@@ -268,7 +269,8 @@ def load_progress(
 ) -> tuple[dict[str, Any], list[list[float]]]:
     """Load progress of one instance and the read samples to keep (``[[time, bytes], ...]``).
 
-    ``done`` is what the unit's processes read from disk, capped at the weights' total; the rate
+    ``done`` is what the unit's processes read from disk plus what was in the page cache when the
+    wait began (``obs["cached_at_start"]``, read once), capped at the weights' total; the rate
     is taken over the samples of the last ``window`` seconds. Flat reads while the weights sit
     in the page cache (``obs["resident_bytes"]``) say "cached" rather than a false 0%.
     """
@@ -278,8 +280,13 @@ def load_progress(
     if read is not None:
         samples.append([now, int(read)])
     shards = obs.get("shards") or previous.get("progress", {}).get("shards")
+    # the weights already in the page cache when the wait began: they load without a disk read
+    cached_bytes = previous.get("progress", {}).get("cached_bytes")
+    if cached_bytes is None:
+        cached_bytes = min(int(obs.get("cached_at_start") or 0), total)
     progress: dict[str, Any] = {
         "total_bytes": total,
+        "cached_bytes": cached_bytes,
         "done_bytes": None,
         "percent": None,
         "rate_bps": None,
@@ -290,7 +297,7 @@ def load_progress(
         "cached": False,
     }
     if read is not None and total:
-        done = min(int(read), total)
+        done = min(int(read) + cached_bytes, total)
         progress["done_bytes"] = done
         progress["percent"] = int(done * 100 // total)
         # from the last sample before reads began to move (a flat start, e.g. the imports
@@ -328,6 +335,8 @@ def progress_text(progress: dict[str, Any]) -> str:
         parts.append(f"{format_bytes(progress['rate_bps'])}/s")
     if progress.get("eta_s") is not None:
         parts.append(f"ETA {format_eta(progress['eta_s'])}")
+    if progress.get("cached_bytes"):
+        parts.append(f"{format_bytes(progress['cached_bytes'], total)} cached")
     if shard_text:
         parts.append(shard_text)
     return f"{progress['percent']}% ({', '.join(parts)})"
@@ -646,6 +655,9 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
                 "total_bytes"
             ) or total_size(weights[name])
             progress = (previous or {}).get("progress") or {}
+            if "cached_bytes" not in progress:  # the first look: what is cached before the load
+                before_load = (obs.get("read_bytes") or 0) < 0.01 * obs["total_bytes"]
+                obs["cached_at_start"] = resident_bytes(weights[name]) if before_load else 0
             if progress.get("rate_bps") == 0 and name not in resident:
                 resident[name] = resident_bytes(weights[name])  # once a call, when reads stall
             obs["resident_bytes"] = resident.get(name)

@@ -346,3 +346,17 @@ def test_a_crash_keeps_where_the_load_was():
     crashed = classify(obs(read_bytes=0, total_bytes=10 * GB, crash="killed"), record, 11.0, 900)
     assert crashed["state"] == "crashed"
     assert crashed["progress"]["percent"] == 40
+
+
+def test_weights_cached_before_the_load_count_as_done():
+    """A restart after a crash: 80% of the weights are still in the page cache; the rest reads
+    from disk, and the percent and ETA say so (not 20% read of 100% to go)."""
+    total, record = 10 * GB, None
+    for t in range(0, 20):
+        read = 0 if t < 5 else 100 * 10**6 * (t - 5)
+        record = classify(obs(read_bytes=read, total_bytes=total, cached_at_start=8 * GB),
+                          record, float(t), 900)
+    progress = record["progress"]
+    assert progress["percent"] == 94 and progress["cached_bytes"] == 8 * GB
+    assert progress["eta_s"] == 6
+    assert record["label"] == "loading 94% (9.4/10.0 GB, 100 MB/s, ETA 6s, 8.0 GB cached)"
