@@ -309,7 +309,9 @@ def load_progress(
             span = moving[-1][0] - moving[0][0]
             rate = max(0.0, (moving[-1][1] - moving[0][1]) / span)
             progress["rate_bps"] = round(rate)
-            if rate > 0 and done < total:
+            # no ETA before 2% of the weights were read: until then the reads are the
+            # interpreter's libraries (SGLang's imports), and an ETA of hours would mislead
+            if rate > 0 and done < total and int(read) >= 0.02 * (total - cached_bytes):
                 progress["eta_s"] = round((total - done) / rate)
             resident = obs.get("resident_bytes")
             flat = rate * span < 0.01 * total

@@ -360,3 +360,11 @@ def test_weights_cached_before_the_load_count_as_done():
     assert progress["percent"] == 94 and progress["cached_bytes"] == 8 * GB
     assert progress["eta_s"] == 6
     assert record["label"] == "loading 94% (9.4/10.0 GB, 100 MB/s, ETA 6s, 8.0 GB cached)"
+
+
+def test_no_eta_while_only_the_libraries_are_read():
+    total, record = 547 * GB, None
+    for t in range(0, 30):  # imports: 20 MB/s of libraries, 0.6 GB in 30 s
+        record = classify(obs(read_bytes=20 * 10**6 * t, total_bytes=total), record, float(t), 900)
+    assert record["progress"]["eta_s"] is None
+    assert record["label"] == "loading 0% (1/547 GB, 20 MB/s)"
