@@ -63,6 +63,9 @@ class TodoItem:
     priority: str = DEFAULT_PRIORITY.value
     status: Status = Status.PENDING
     details: str = ""  # what the role found (set_stats todo_details)
+    # what the play is doing now, as fields (set_stats todo_progress): {"text": "...", ...}, e.g.
+    # the readiness wait's load progress per instance; each report replaces the last one
+    activity: dict[str, Any] = field(default_factory=dict)
     task: str = ""  # the current task, or the one that failed
     message: str = ""  # failure message, skip reason or why it was cancelled
     tasks_done: int = 0  # tasks that reported a result on this host (a loop counts once)
@@ -104,6 +107,11 @@ class TodoItem:
         if self.tasks_total:
             return f"{min(self.tasks_done, self.tasks_total)}/{self.tasks_total} tasks"
         return f"{self.tasks_done} tasks"
+
+    @property
+    def activity_text(self) -> str:
+        """The one-line text of the latest ``todo_progress`` report ('' when none)."""
+        return str(self.activity.get("text") or "") if isinstance(self.activity, dict) else ""
 
     @property
     def result_counts(self) -> str:

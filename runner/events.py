@@ -10,10 +10,13 @@ arguments, and ``res`` of a ``no_log`` task is already censored by ansible-runne
 Role contract (docs/runner.md): ``ansible.builtin.set_stats`` with ``data.todo_details``
 (a finding shown on the item) or ``data.todo_skip`` (mark the milestone skipped, with a reason).
 Either is a string for the host the task ran on, or a mapping ``{host: string}``.
+``data.todo_progress`` (``{host: {"text": ..., <fields>}}``) is what the play is doing now,
+e.g. load progress: each report replaces the last one (``TodoItem.activity``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -27,6 +30,8 @@ log = logging.getLogger(__name__)
 
 DETAILS_KEY = "todo_details"
 SKIP_KEY = "todo_skip"
+PROGRESS_KEY = "todo_progress"
+MAX_ACTIVITY_JSON = 16_000  # an activity report larger than this keeps its text only
 MAX_MESSAGE = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ansible-runner appends _<n> to the play uuid for each further batch of a serial play
@@ -338,7 +343,26 @@ class ChecklistReducer:
             for stats in _stats_data(res):
                 self._apply_stats(item, stats)
 
+    def _apply_activity(self, item: TodoItem, value: Any) -> None:
+        """``todo_progress``: replace each named host's activity with the new report."""
+        reports = value if isinstance(value, dict) and all(
+            isinstance(v, dict | str) for v in value.values()) and "text" not in value else {
+            item.host: value}
+        for host, report in reports.items():
+            target = item if host == item.host else self.checklist.get(item.play_index, str(host))
+            if target is None:
+                continue
+            activity = dict(report) if isinstance(report, dict) else {"text": str(report)}
+            activity["text"] = _clip(str(activity.get("text") or ""))
+            if len(json.dumps(activity, default=str)) > MAX_ACTIVITY_JSON:
+                activity = {"text": activity["text"]}
+            if activity != target.activity:
+                target.activity = activity
+                self._changed(target)
+
     def _apply_stats(self, item: TodoItem, data: dict[str, Any]) -> None:
+        if data.get(PROGRESS_KEY) not in (None, "", False):
+            self._apply_activity(item, data[PROGRESS_KEY])
         for key in (DETAILS_KEY, SKIP_KEY):
             if key not in data or data[key] in (None, "", False):
                 continue

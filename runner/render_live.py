@@ -101,7 +101,7 @@ class PlainView:
     def __init__(self, checklist: Checklist, stream: TextIO | None = None) -> None:
         self.checklist = checklist
         self.stream = stream or sys.stdout
-        self._shown: dict[str, tuple[Status, str]] = {}
+        self._shown: dict[str, tuple[Status, str, str]] = {}
 
     def _write(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -115,7 +115,7 @@ class PlainView:
         self._write(f"checklist: {len(self.checklist.items)} todos")
         for item in self.checklist.items:
             self._write(f"[{Status.PENDING.value}] ({item.priority}) {item.content}")
-            self._shown[item.id] = (Status.PENDING, "")
+            self._shown[item.id] = (Status.PENDING, "", "")
         for item in self.checklist.items:
             self._show(item)
 
@@ -123,7 +123,7 @@ class PlainView:
         self._show(item)
 
     def _show(self, item: TodoItem) -> None:
-        key = (item.status, item.details)
+        key = (item.status, item.details, item.activity_text)
         if self._shown.get(item.id) == key:
             return
         self._shown[item.id] = key

@@ -58,6 +58,8 @@ def item_note(item: TodoItem, counts: bool = True) -> str:
     if item.status is Status.FAILED:
         parts.append(f"{item.task}: {item.message}" if item.task else item.message)
     elif item.status is Status.IN_PROGRESS:
+        if item.activity_text:
+            parts.append(item.activity_text)
         parts.append(f"{item.progress} · {item.task}" if item.task else item.progress)
     elif item.message:
         parts.append(item.message)

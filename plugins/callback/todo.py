@@ -95,6 +95,7 @@ class CallbackModule(CallbackBase):
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
         self._errors = 0
+        self._shown_activity: dict[str, str] = {}
 
     # -- set-up ------------------------------------------------------------------------------
     def _start_run(self, playbook: str) -> None:
@@ -145,6 +146,9 @@ class CallbackModule(CallbackBase):
             self._status_changed = True
             if self._live:
                 self._show(item)
+        elif self._live and item.activity_text != self._shown_activity.get(item.id, ""):
+            self._show(item)  # a new todo_progress report: the live line says it at once
+        self._shown_activity[item.id] = item.activity_text
 
     def _line(self, text: str, status: Status | None = None) -> None:
         """One terminal line, cut to the terminal's width (the live view never wraps)."""

@@ -3,8 +3,10 @@
 ``sglang_serve_instances(settings, gpu_count)`` expands "one instance per GPU" or the explicit
 ``sglang_serve_instances`` list into fully resolved instances (name, unit, GPUs, port, argv,
 environment, device nodes) and raises ``AnsibleFilterError`` with a message that names the
-offending variable before anything on the host changes. The API key never enters the result:
-the role's template adds it under ``no_log``.
+offending variable before anything on the host changes. Each instance also says which variable
+every argument came from (``argv_from``), so that an argument SGLang's own parser refuses is
+reported by the name a person sets. The API key never enters the result: the role writes it into
+each instance's ``--config`` YAML file under ``no_log``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ OVERRIDABLE = (
     "enable_metrics",
     "extra_args",
 )
+# Options that carry a secret: never on a command line (the role's --config file holds them).
+SECRET_OPTIONS = ("--api-key", "--admin-api-key")
 INSTANCE_KEYS = frozenset({"name", "gpus", "port", "tp", "env", *OVERRIDABLE})
 # Role settings the filter reads (role variable = "sglang_serve_" + key). tasks/validate.yml passes
 # exactly these; tests/unit/serve/test_settings.py holds it, the defaults, the argument spec and
@@ -265,20 +269,23 @@ def _resolve(
     served = _check_text(served or model_path.rstrip("/").rsplit("/", 1)[-1], served_var)
 
     backend, backend_var = _setting(settings, raw, "attention_backend")
-    argv = [
-        "--model-path",
-        model_path,
-        "--served-model-name",
-        served,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--tp",
-        str(tp),
-    ]
+    argv: list[str] = []
+    argv_from: list[str] = []  # the variable each argument came from, for error messages
+
+    def add(source: str, *args: str) -> None:
+        argv.extend(args)
+        argv_from.extend([source] * len(args))
+
+    add(model_var, "--model-path", model_path)
+    add(served_var, "--served-model-name", served)
+    add(host_var, "--host", host)
+    port_var = f"{where}.port" if "port" in raw else "sglang_serve_port_base"
+    add(port_var, "--port", str(port))
+    explicit = where.startswith("sglang_serve_instances[")
+    tp_var = f"{where}.tp" if "tp" in raw else f"{where}.gpus" if explicit else "sglang_serve_gpus"
+    add(tp_var, "--tp", str(tp))
     if backend:
-        argv += ["--attention-backend", _check_text(backend, backend_var)]
+        add(backend_var, "--attention-backend", _check_text(backend, backend_var))
 
     fraction, fraction_var = _setting(settings, raw, "mem_fraction_static")
     if fraction not in (None, ""):
@@ -288,37 +295,48 @@ def _resolve(
             raise ServeConfigError(f"{fraction_var} must be a number, got {fraction!r}") from None
         if not 0.0 < value < 1.0:
             raise ServeConfigError(f"{fraction_var} = {value} must be inside (0, 1)")
-        argv += ["--mem-fraction-static", repr(value)]
+        add(fraction_var, "--mem-fraction-static", repr(value))
 
     context, context_var = _setting(settings, raw, "context_length")
     if context not in (None, "", 0):
         length = _as_int(context, context_var)
         if length < 1:
             raise ServeConfigError(f"{context_var} must be positive, got {length}")
-        argv += ["--context-length", str(length)]
+        add(context_var, "--context-length", str(length))
 
-    multithread, _ = _setting(settings, raw, "multithread_load")
+    multithread, multithread_var = _setting(settings, raw, "multithread_load")
     if multithread:
         threads_value, threads_var = _setting(settings, raw, "multithread_load_threads")
         threads = _as_int(threads_value or 16, threads_var)
         if threads < 1:
             raise ServeConfigError(f"{threads_var} must be at least 1, got {threads}")
         config = {"enable_multithread_load": True, "num_threads": threads}
-        argv += ["--model-loader-extra-config", json.dumps(config)]
+        add(multithread_var, "--model-loader-extra-config", json.dumps(config))
 
-    metrics, _ = _setting(settings, raw, "enable_metrics")
+    metrics, metrics_var = _setting(settings, raw, "enable_metrics")
     if metrics:
-        argv.append("--enable-metrics")
+        add(metrics_var, "--enable-metrics")
 
-    argv += _eagle3_args(settings, raw)
+    eagle3 = _eagle3_args(settings, raw)
+    add(_setting(settings, raw, "eagle3_draft_model_path")[1], *eagle3)
 
     extra, extra_var = _setting(settings, raw, "extra_args")
     extra = extra or []
     if isinstance(extra, str) or not isinstance(extra, Sequence):
         raise ServeConfigError(f"{extra_var} must be a list of strings (one argument each)")
-    argv += [_check_text(arg, f"{extra_var} entries") for arg in extra]
-    if "--api-key" in argv:
-        raise ServeConfigError(f"{extra_var} must not carry --api-key: use sglang_serve_api_key")
+    add(extra_var, *[_check_text(arg, f"{extra_var} entries") for arg in extra])
+    for secret in SECRET_OPTIONS:
+        if any(arg == secret or arg.startswith(secret + "=") for arg in argv):
+            raise ServeConfigError(
+                f"{extra_var} must not carry {secret}: a secret on the command line is readable "
+                "in /proc/<pid>/cmdline; use sglang_serve_api_key (written to the instance's "
+                "--config file)"
+            )
+    if any(arg == "--config" or arg.startswith("--config=") for arg in argv):
+        raise ServeConfigError(
+            f"{extra_var} must not carry --config: the role passes each instance's own config "
+            "file, and SGLang takes only one"
+        )
 
     env = _environment(settings, raw, gpus)
     devices = [f"/dev/nvidia{gpu}" for gpu in gpus] + [
@@ -337,6 +355,7 @@ def _resolve(
         "model_path": model_path,
         "served_model_name": served,
         "argv": argv,
+        "argv_from": argv_from,
         "env": env,
         "devices": devices,
     }
@@ -418,6 +437,12 @@ def sglang_serve_instances(
     return instances
 
 
+def sglang_serve_deployed(instances: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The instances as deployed, for the deploy record: without ``argv_from`` (where each
+    argument came from), so explicit instances equal to the per-GPU default keep the record."""
+    return [{k: v for k, v in i.items() if k != "argv_from"} for i in instances]
+
+
 def sglang_serve_endpoints(instances: Sequence[Mapping[str, Any]]) -> list[str]:
     """Worker URLs of resolved instances, for a router in front of them."""
     urls = []
@@ -445,5 +470,6 @@ class FilterModule:
         return {
             "sglang_serve_instances": sglang_serve_instances,
             "sglang_serve_endpoints": sglang_serve_endpoints,
+            "sglang_serve_deployed": sglang_serve_deployed,
             "sglang_serve_describe": sglang_serve_describe,
         }

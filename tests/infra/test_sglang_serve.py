@@ -1,6 +1,7 @@
 """What a host served by sglang_serve must offer, checked on the host itself.
 
-Instances are read from the host (/etc/sglang/instances/<name>.args), so the checks need no
+Instances are read from the host (/etc/sglang/instances/<name>.args, the API key from
+<name>.yaml), so the checks need no
 inventory values. Run after a deploy:
 pytest tests/infra/test_sglang_serve.py --hosts=ansible://sglang_servers
 --ansible-inventory=inventory/example
@@ -8,14 +9,29 @@ pytest tests/infra/test_sglang_serve.py --hosts=ansible://sglang_servers
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shlex
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.milestone("sglang_serve")
 
 CONFIG_DIR = "/etc/sglang/instances"
+
+
+def _cmdline_scan() -> str:
+    """The scan in cmdline_scan.py beside this file (the lab suites run it too)."""
+    path = Path(__file__).with_name("cmdline_scan.py")
+    spec = importlib.util.spec_from_file_location("sglang_lxc_cmdline_scan", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CMDLINE_SCAN
+
+
+CMDLINE_SCAN = _cmdline_scan()
 UNIT = "/etc/systemd/system/sglang@.service"
 HARDENING = (
     "NoNewPrivileges=yes",
@@ -43,6 +59,19 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
+
+
+def bearer_header(name: str) -> str:
+    """A shell command printing the instance's Authorization header from its --config file."""
+    script = (
+        "import json, sys\n"
+        "for line in open(sys.argv[1], encoding='utf-8'):\n"
+        "    if line.startswith('api-key:'):\n"
+        "        print('Authorization: Bearer ' + json.loads(line.split(':', 1)[1]))\n"
+    )
+    return f"python3 -c {shlex.quote(script)} {CONFIG_DIR}/{name}.yaml"
+
+
 def test_service_account_cannot_log_in(host):
     user = host.user("sglang")
     assert user.exists
@@ -65,7 +94,7 @@ def test_at_least_one_instance(host):
 
 def test_instance_files_are_private(host):
     for name in instances(host):
-        for suffix in ("args", "env"):
+        for suffix in ("args", "env", "yaml"):
             f = host.file(f"{CONFIG_DIR}/{name}.{suffix}")
             assert f.user == "root"
             assert f.group == "sglang"
@@ -104,7 +133,19 @@ def test_api_key_only_on_loopback_or_with_a_key(host):
     for name, argv in instances(host).items():
         address = flag(argv, "--host")
         if address not in ("127.0.0.1", "::1", "localhost"):
-            assert "--api-key" in argv, f"{name} listens on {address} without --api-key"
+            with host.sudo():
+                header = host.run(bearer_header(name)).stdout
+            assert header.strip(), f"{name} listens on {address} without an API key"
+
+
+def test_no_command_line_holds_the_api_key(host):
+    """The key is in each instance's --config file only: no /proc/<pid>/cmdline shows it."""
+    with host.sudo():
+        done = host.run(f"python3 -c {shlex.quote(CMDLINE_SCAN)}")
+    assert done.rc == 0, done.stderr
+    scan = json.loads(done.stdout)
+    assert scan["processes"] > 0
+    assert scan["holding"] == [], f"processes whose command line holds the API key: {scan}"
 
 
 @pytest.mark.parametrize("path", ["/v1/models"])
@@ -114,11 +155,7 @@ def test_served_name_listed(host, path):
         probe = "127.0.0.1" if address == "0.0.0.0" else address
         url = urllib.parse.urljoin(f"http://{probe}:{flag(argv, '--port')}", path)
         # the key goes from its file into a header on the host: never on a command line here
-        header = (
-            "awk 'p {print \"Authorization: Bearer \" $0; exit} /^--api-key$/ {p = 1}' "
-            f"{CONFIG_DIR}/{name}.args"
-        )
         with host.sudo():
-            done = host.run(f"{header} | curl -s -H @- {url}")
+            done = host.run(f"{bearer_header(name)} | curl -s -H @- {url}")
         ids = [m["id"] for m in json.loads(done.stdout or "{}").get("data", [])]
         assert flag(argv, "--served-model-name") in ids, f"{name}: {ids}"

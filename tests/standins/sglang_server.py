@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Stand-in for ``python -m sglang.launch_server`` (and ``sglang_router.launch_router``).
 
-Standard library only. It accepts the flags the sglang_serve units pass and ignores unknown ones,
-then behaves like SGLang starting up:
+Standard library only. It accepts the flags the sglang_serve units pass (``--config FILE`` too, for
+the API key) and ignores unknown ones, then behaves like SGLang starting up:
 
 1. "loading": SGLang-like log lines while loading weight shards, port closed
    (``--standin-load-seconds`` / ``SGLANG_STANDIN_LOAD_SECONDS``, default 3);
@@ -37,7 +37,29 @@ def log(message: str) -> None:
     print(f"[{stamp}] {message}", flush=True)
 
 
+def config_args(argv: list[str]) -> list[str]:
+    """``--config FILE`` as SGLang 0.5.12 takes it (ConfigArgumentMerger): the file's options go
+    before the command line's (the command line wins), and the file never reaches argv.
+
+    The role writes one ``key: <JSON scalar>`` per line (YAML that JSON's reader can take), so
+    this stand-in needs no YAML library; SGLang's own reader is tested on the same file in the
+    lab (tests/integration/jit)."""
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    options: list[str] = []
+    with open(argv[index + 1], encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition(":")
+            options += [f"--{key.strip()}", str(json.loads(value.strip()))]
+    return options + argv[:index] + argv[index + 2 :]
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
+    argv = config_args(argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", "--model", default="standin-model")
     parser.add_argument("--served-model-name", default=None)

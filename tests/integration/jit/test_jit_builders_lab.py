@@ -17,16 +17,19 @@ flashinfer's JIT (``JitSpec.build`` of its activation kernel for SM120), Triton 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
+import shutil
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.lablib import REPO, lab_root, node_cache_mounts, pct
+from tests.lablib import REPO, ansible_playbook, lab_root, node_cache_mounts, pct
 from tests.loaders import load_file
 
 pytestmark = pytest.mark.lab
@@ -139,6 +142,8 @@ def ct(lab_container):
     sh(container, "mkdir -p /opt/jit-test")
     pct("push", str(VMID), str(SCRIPT), "/opt/jit-test/builders.py")
     yield container
+    # the generated model of the load-progress test (2.1 GB on the node's data mount)
+    shutil.rmtree(data / "models" / "gen", ignore_errors=True)
     out = REPO / "artifacts" / "jit-builders-lab.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(FIGURES, indent=2) + "\n")
@@ -281,3 +286,186 @@ def test_second_instance_reuses_the_warmed_jit_cache(ct):
     assert sh(ct, f"stat -c %Y.%Z {module['library']}").stdout.strip() == mtime
     FIGURES["warmup_first_seconds"] = module["seconds"]
     FIGURES["warmup_second_seconds"] = again["seconds"]
+
+
+# --------------------------------------------------------------------------- serving (issue 19)
+# The same container serves next: the sglang_serve role with the stand-in for the HTTP side and
+# the serving venv's SGLang for the rest (its argument parser before any change, its config
+# reader for the key, its weight loader for the load progress). One instance, in file order:
+# the first deploy loads through a read throttle and is killed mid-load; systemd restarts it,
+# and the healthy instance then meets a bad argument.
+STANDIN = "/opt/sglang-standin/sglang_server.py"
+LOADER = "/opt/jit-test/sglang_load.py"
+SERVE_KEY = "sk-jit-5d1e8b2a9c"  # never in any output, never on any command line
+UNIT = "sglang@gpu0.service"
+MODEL = "/srv/models/gen"
+SHARDS, SHARD_MIB = 40, 50  # 2.1 GB in 40 safetensors files
+THROTTLE = 35_000_000  # IOReadBandwidthMax, bytes a second: about a minute of loading
+SERVE_VARS = {
+    "sglang_serve_enabled": True,
+    "sglang_serve_gpu_count": 1,
+    "sglang_serve_gpus": [0],
+    "sglang_serve_model_path": "gen",
+    "sglang_serve_served_model_name": "gen",
+    # SGLang's loader, then the stand-in's HTTP side (scripts/sglang_load.py)
+    "sglang_serve_launch_command": [f"{VENV}/bin/python", LOADER, "serve", STANDIN],
+    "sglang_serve_env": {"SGLANG_STANDIN_LOAD_SECONDS": "1", "SGLANG_STANDIN_WARMUP_SECONDS": "1"},
+    "sglang_serve_api_key": SERVE_KEY,
+    "sglang_serve_report_interval": 4,  # 10 or more reports in a minute of loading
+    "sglang_serve_stall_timeout": 120,
+    "sglang_serve_ready_timeout": 400,
+    "sglang_serve_restart_sec": 2,
+}
+SERVE_OUTPUTS: list[str] = []
+
+
+def serve_play(ct, artifacts: Path | None = None, **changes):
+    env = {"SGLANG_LXC_ARTIFACTS": str(artifacts)} if artifacts else None
+    result = ansible_playbook("playbooks/serve.yml", ct.inventory,
+                              extra_vars={**SERVE_VARS, **changes},
+                              args=["--limit", ct.name], env=env)
+    SERVE_OUTPUTS.append(result.output)
+    return result
+
+
+def unit_state(ct) -> dict:
+    """What must not change when a run is refused: the files' digests, the PID, the invocation."""
+    files = sh(ct, "sha1sum /etc/systemd/system/sglang@.service /etc/sglang/instances/gpu0.*"
+                   " /etc/systemd/system/sglang@gpu0.service.d/*.conf").stdout
+    show = sh(ct, f"systemctl show -p MainPID -p InvocationID -p ActiveState {UNIT}").stdout
+    return {"files": files, "show": show}
+
+
+def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
+    """SGLang's weight loader reads a generated model through a read throttle; readiness reports
+    percent, rate and ETA (as fields in todo.json) until the unit is killed mid-load."""
+    sh(ct, "mkdir -p /opt/sglang-standin")
+    standin = REPO / "tests/standins/sglang_server.py"
+    pct("push", str(VMID), str(standin), STANDIN, "--perms", "0755")
+    pct("push", str(VMID), str(SCRIPT.parent / "sglang_load.py"), LOADER)
+    start = time.monotonic()
+    made = json.loads(sh(ct, f"cd /tmp && {VENV}/bin/python {LOADER} make {MODEL} {SHARDS} "
+                             f"{SHARD_MIB}").stdout.strip().splitlines()[-1])
+    FIGURES["model_make_seconds"] = round(time.monotonic() - start, 1)
+    total = made["bytes"]
+    sh(ct, "mkdir -p /etc/systemd/system/sglang@gpu0.service.d && printf "
+           f"'[Service]\\nIOReadBandwidthMax={MODEL} {THROTTLE}\\n' "
+           "> /etc/systemd/system/sglang@gpu0.service.d/throttle.conf")
+    artifacts = tmp_path / "artifacts"
+    outcome: dict = {}
+
+    def run() -> None:
+        outcome["result"] = serve_play(ct, artifacts=artifacts)
+
+    thread = threading.Thread(target=run)
+    started = time.monotonic()
+    thread.start()
+    samples: list[dict] = []
+    seen: list[dict] = []
+    killed_at = None
+    while thread.is_alive() and time.monotonic() - started < 600:
+        time.sleep(0.5)
+        try:
+            todos = json.loads((artifacts / "latest" / "todo.json").read_text())["todos"]
+        except (OSError, ValueError, KeyError):
+            continue  # not written yet
+        for todo in todos:
+            for entry in (todo.get("activity") or {}).get("instances", []):
+                if entry.get("name") == "gpu0" and entry not in seen:  # a new round's report
+                    seen.append(entry)
+                    samples.append({**entry, "t": round(time.monotonic() - started, 1)})
+        last = samples[-1] if samples else {}
+        if killed_at is None and (last.get("percent") or 0) >= 50:
+            # near the end: read the unit's own counter each second and kill it at 80%
+            read = sh(ct, f"cat /proc/$(systemctl show -p MainPID --value {UNIT})/io",
+                      check=False).stdout
+            done = re.search(r"read_bytes: (\d+)", read)
+            if done and int(done.group(1)) >= 0.8 * total:
+                sh(ct, f"systemctl kill -s KILL {UNIT}")
+                killed_at = round(int(done.group(1)) * 100 / total)
+    thread.join(timeout=120)
+    FIGURES["load_run_seconds"] = round(time.monotonic() - started, 1)
+    result = outcome["result"]
+    loading = [s for s in samples if s["state"] == "loading" and s.get("total_bytes")]
+    # the weights under way: before, the unit imports SGLang (its libraries' reads count too)
+    moving = [s for s in loading if s.get("rate_bps") and 15 <= (s.get("percent") or 0) < 100]
+    FIGURES["load"] = {
+        "total_bytes": total, "throttle_bps": THROTTLE, "killed_at_percent": killed_at,
+        "samples": [{k: s.get(k) for k in ("elapsed_s", "percent", "rate_bps", "eta_s", "text")}
+                    for s in loading],
+        "rate_errors": [round(s["rate_bps"] / THROTTLE - 1, 3) for s in moving],
+        # when each report expects the load to end (seconds since the instance was first seen)
+        "predicted_end": [s["elapsed_s"] + s["eta_s"] for s in moving if s.get("eta_s")],
+        "hung": result.output.count(" hung"),
+    }
+    assert killed_at is not None, samples
+    assert result.rc != 0, str(result)
+    # SGLang's parser ran (in the serving venv) before anything was written
+    assert re.search(r"Parse each instance's arguments with SGLang's own parser[^\n]*\*+\nok: ",
+                     result.output), result.output
+    assert len(loading) >= 10, loading
+    percents = [s["percent"] for s in loading]
+    assert percents == sorted(percents), percents
+    assert all(s["total_bytes"] == total for s in loading)
+    assert len(moving) >= 4, moving
+    assert all(abs(s["rate_bps"] / THROTTLE - 1) <= 0.2 for s in moving), moving
+    ends = FIGURES["load"]["predicted_end"]
+    assert max(ends) - min(ends) <= 10, ends  # every report expects the same end: converged
+    assert " hung" not in result.output
+    assert f"{UNIT} crashed" in result.output, str(result)
+    assert f"log lines of {UNIT}:" in result.output
+    assert "sglang-load: 40 weight files in /srv/models/gen" in result.output  # the log tail
+
+
+def test_the_restarted_instance_serves_with_the_key_on_no_command_line(ct):
+    """systemd restarts the killed instance; once it serves, no /proc/*/cmdline holds the key,
+    and SGLang's prepare_server_args, inside the unit, read it from the role's --config file."""
+    deadline = time.monotonic() + 300
+    health = ""
+    while time.monotonic() < deadline:
+        health = sh(ct, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health",
+                    check=False).stdout
+        if health == "200":
+            break
+        time.sleep(2)
+    assert health == "200", sh(ct, f"journalctl --no-pager -n 30 -u {UNIT}").stdout
+    from tests.infra.cmdline_scan import CMDLINE_SCAN
+
+    scan = json.loads(sh(ct, f"python3 -c {shlex.quote(CMDLINE_SCAN)}").stdout)
+    FIGURES["cmdline_scan"] = scan
+    assert scan["keys"] == 1 and scan["processes"] >= 5, scan
+    assert scan["holding"] == [], scan
+    assert SERVE_KEY not in sh(ct, "cat /etc/sglang/instances/gpu0.args").stdout
+    assert sh(ct, "stat -c '%a %U %G' /etc/sglang/instances/gpu0.yaml").stdout.split() == [
+        "640", "root", "sglang"]
+    digest = hashlib.sha256(SERVE_KEY.encode()).hexdigest()[:16]
+    journal = sh(ct, f"journalctl --no-pager -o cat -u {UNIT}").stdout
+    assert f"prepare_server_args read api_key sha256:{digest}" in journal
+    assert SERVE_KEY not in journal
+    security = sh(ct, f"systemd-analyze security --no-pager {UNIT}").stdout
+    level = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", security).group(1))
+    FIGURES["exposure"] = level
+    assert level <= 3.5, security[-2000:]
+
+
+def test_a_bad_argument_never_replaces_the_healthy_instance(ct):
+    before = unit_state(ct)
+    assert "ActiveState=active" in before["show"]
+    bad = "--chunked-prefill-size=8192; touch /tmp/pwned"
+    start = time.monotonic()
+    result = serve_play(ct, sglang_serve_extra_args=[bad])
+    FIGURES["bad_argument_reject_seconds"] = round(time.monotonic() - start, 1)
+    for key in ("cpu_seconds", "import_seconds", "seconds"):  # the check's own figures
+        found = re.search(rf"\n    {key}: ([0-9.]+)", result.output)
+        if found:
+            FIGURES[f"bad_argument_parser_{key}"] = float(found.group(1))
+    assert result.rc != 0, str(result)
+    assert f'sglang_serve_extra_args = ["{bad}"] ({UNIT})' in result.output, str(result)
+    assert "invalid int value: '8192; touch /tmp/pwned'" in result.output  # SGLang's own text
+    assert result.changed == 0, str(result)
+    assert unit_state(ct) == before  # unit, args, config, drop-ins, PID and invocation
+    assert sh(ct, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health"
+              ).stdout == "200"
+    assert sh(ct, "test -e /tmp/pwned || echo absent").stdout.strip() == "absent"
+    for output in SERVE_OUTPUTS:
+        assert SERVE_KEY not in output

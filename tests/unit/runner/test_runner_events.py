@@ -9,6 +9,7 @@ import pytest
 from sglang_lxc.checklist import Checklist, ExitCode, Status
 from sglang_lxc.events import ChecklistReducer, failure_message
 from sglang_lxc.planner import Plan, PlannedPlay
+from sglang_lxc.reports import item_note
 
 RECORDINGS = Path(__file__).parent / "recordings"
 
@@ -175,6 +176,32 @@ def test_details_from_set_stats_string_mapping_list_and_loop():
     items = by_id(checklist)
     assert items["1-a"].details == "8/8 healthy; port 30000"
     assert items["1-b"].details == "x; y; MAX_JOBS=20"
+
+
+def test_progress_reports_replace_each_other_as_fields():
+    """todo_progress (the readiness rounds): the latest report is the item's activity, as fields
+    in todo.json and as text on the live line; it never piles up like todo_details."""
+    checklist = Checklist()
+    reducer = ChecklistReducer(checklist, make_plan(("Serve", ["a", "b"])))
+    reducer.handle(play_start("Serve"))
+    reducer.handle(on("start", "a", "Readiness | Poll instances (round 1)"))
+    for percent in (12, 43):
+        text = f"0/1 healthy; gpu0 loading {percent}% (235/547 GB, 1.9 GB/s, ETA 2m40s)"
+        report = {"a": {"text": text, "instances": [{"name": "gpu0", "percent": percent}]}}
+        reducer.handle(on("ok", "a", res={"ansible_stats": {"data": {"todo_progress": report}}}))
+    item = by_id(checklist)["1-a"]
+    assert item.activity["instances"] == [{"name": "gpu0", "percent": 43}]
+    assert item.details == ""
+    assert checklist.to_dict()["todos"][0]["activity"]["instances"][0]["percent"] == 43
+    note = item_note(item)
+    assert note.startswith("0/1 healthy; gpu0 loading 43% (235/547 GB, 1.9 GB/s, ETA 2m40s) — ")
+    assert "Readiness | Poll instances" in note
+    # a plain string for the host the task ran on
+    reducer.handle(on("ok", "b", res={"ansible_stats": {"data": {"todo_progress": "warming"}}}))
+    assert by_id(checklist)["1-b"].activity == {"text": "warming"}
+    # read back from todo.json
+    again = Checklist.from_dict(checklist.to_dict())
+    assert again.items[0].activity == item.activity
 
 
 def test_ignored_errors_do_not_fail_the_item():

@@ -47,12 +47,16 @@ def test_plain_view_prints_status_and_findings_changes_only():
     view.changed(item, Status.IN_PROGRESS)  # same status, same findings: no line
     item.details = "MAX_JOBS=20"
     view.changed(item, Status.IN_PROGRESS)
+    item.activity = {"text": "gpu0 loading 43% (235/547 GB, 1.9 GB/s, ETA 2m40s)"}
+    view.changed(item, Status.IN_PROGRESS)  # a new progress report: a line
     lines = out.getvalue().splitlines()
     assert lines == [
         "checklist: 1 todos",
         "[pending] (high) Install CUDA on a",
         "[in_progress] (high) Install CUDA on a — 0 tasks · CUDA | one",
         "[in_progress] (high) Install CUDA on a — MAX_JOBS=20 — 0 tasks · CUDA | two",
+        "[in_progress] (high) Install CUDA on a — MAX_JOBS=20 — gpu0 loading 43% (235/547 GB,"
+        " 1.9 GB/s, ETA 2m40s) — 0 tasks · CUDA | two",
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from serve_helpers import readiness
 
 classify = readiness.classify
@@ -106,12 +108,13 @@ def test_outcome_and_table():
                 "memory_mib": None,
                 "http_status": None,
                 "state": "loading",
+                "progress": {"text": "43% (235/547 GB, 1.9 GB/s, ETA 2m40s)"},
             },
         ]
     )
-    assert table[0].split() == ["INSTANCE", "GPU", "PORT", "MEMORY", "HTTP", "STATE"]
-    assert table[1].split() == ["gpu0", "0", "30000", "84.7", "GiB", "200", "healthy"]
-    assert table[2].split() == ["tp2", "1,2", "30001", "n/a", "-", "loading"]
+    assert table[0].split() == ["INSTANCE", "GPU", "PORT", "MEMORY", "HTTP", "STATE", "LOAD"]
+    assert table[1].split() == ["gpu0", "0", "30000", "84.7", "GiB", "200", "healthy", "-"]
+    assert table[2].split("loading", 1)[1].strip() == "43% (235/547 GB, 1.9 GB/s, ETA 2m40s)"
 
 
 def test_models_listed():
@@ -216,3 +219,152 @@ def test_rounds_overall_timeout(monkeypatch):
     results = rounds(monkeypatch, lambda name, t: obs(log_count=int(t)), stall=1000, timeout=20)
     assert results[-1]["outcome"] == "timeout"
     assert "timeout 20s" in results[-1]["msg"]
+
+
+# ------------------------------------------------------------------------ load progress
+GB = 10**9
+
+
+def test_progress_reads_like_the_issue_says():
+    total = 547 * GB
+    record = classify(obs(read_bytes=0, total_bytes=total), None, 0.0, 900)
+    for t in range(1, 124):
+        record = classify(obs(read_bytes=int(1.9 * GB * t), total_bytes=total), record,
+                          float(t), 900)
+    progress = record["progress"]
+    assert record["state"] == "loading"
+    assert progress["percent"] == 42 and progress["rate_bps"] == int(1.9 * GB)
+    assert record["label"] == "loading 42% (234/547 GB, 1.9 GB/s, ETA 2m45s)"
+
+
+def test_percent_only_rises_and_the_eta_converges_on_a_steady_read():
+    total = 10 * GB
+    record, percents, etas = None, [], []
+    for t in range(0, 100):
+        read = min(total, 100 * 10**6 * t)
+        record = classify(obs(read_bytes=read, total_bytes=total), record, float(t), 900, 20)
+        percents.append(record["progress"]["percent"])
+        if record["progress"]["eta_s"] is not None:
+            etas.append(record["progress"]["eta_s"] + t)  # the predicted end time
+    assert percents == sorted(percents) and percents[-1] == 99
+    assert all(abs(end - 100) <= 1 for end in etas), etas
+
+
+def test_a_slow_load_that_moves_is_never_hung():
+    total = 547 * GB
+    record = None
+    for t in range(0, 3000, 10):  # 1 MB/s, for 50 minutes, stall timeout 60 s
+        record = classify(obs(read_bytes=10**6 * t, total_bytes=total), record, float(t), 60)
+        assert record["state"] == "loading", record
+
+
+def test_flat_reads_with_the_weights_in_page_cache_say_cached():
+    total = 80 * GB
+    record = classify(obs(read_bytes=10**6, total_bytes=total), None, 0.0, 900)
+    for t in range(1, 40):
+        shards = [t * 2, 82] if t > 20 else None
+        record = classify(obs(read_bytes=10**6, total_bytes=total, resident_bytes=total,
+                              shards=shards, log_count=5 + t), record, float(t), 900)
+    assert record["progress"]["cached"]
+    assert record["label"] == "loading cached, shards 78/82"
+    assert record["progress"]["percent"] == 95
+    # flat reads with the weights not in page cache stay a percent (a slow disk, not a cache)
+    record = classify(obs(read_bytes=10**6, total_bytes=total, resident_bytes=0), record, 41.0,
+                      900)
+    assert not record["progress"]["cached"]
+
+
+def test_shard_lines_of_sglangs_loader():
+    lines = [
+        "Loading safetensors checkpoint shards:  43% Completed | 35/82 [01:02<01:20,  1.1it/s]",
+        "Multi-thread loading shards:   0% Completed | 0/82 [00:00<?, ?it/s]\r"
+        "Multi-thread loading shards:  12% Completed | 10/82 [00:09<01:05,  1.1it/s]\r",
+        "[2026-12-02 10:00:00] Load weight end.",
+    ]
+    assert readiness.shard_progress(lines) == [10, 82]
+    assert readiness.shard_progress(lines[:1]) == [35, 82]
+    assert readiness.shard_progress(["nothing"]) is None
+
+
+def test_weight_files_from_the_index_else_the_folder(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    for name, size in (("a.safetensors", 10), ("b.safetensors", 20), ("stale.safetensors", 5)):
+        (model / name).write_bytes(b"x" * size)
+    assert len(readiness.weight_files(str(model))) == 3
+    index = {"weight_map": {"w1": "a.safetensors", "w2": "b.safetensors", "w3": "b.safetensors"}}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    files = readiness.weight_files(str(model))
+    assert [f.rsplit("/", 1)[1] for f in files] == ["a.safetensors", "b.safetensors"]
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "model.bin").write_bytes(b"y" * 7)
+    instance = {"model_path": str(model),
+                "argv": ["--speculative-draft-model-path", str(draft)]}
+    assert readiness.total_size(readiness.instance_weight_files(instance)) == 37
+
+
+def test_hybrid_cgroup_hierarchies_are_read(monkeypatch, tmp_path):
+    """On a cgroup v1 host (LXC containers there) the unit's processes are in systemd's tree."""
+    root = tmp_path / "systemd"
+    (root / "system.slice" / "sglang@gpu0.service").mkdir(parents=True)
+    (root / "system.slice" / "sglang@gpu0.service" / "cgroup.procs").write_text("1\n2\n")
+    monkeypatch.setattr(readiness, "CGROUP_ROOTS", (str(tmp_path / "none"), str(root)))
+    assert readiness.cgroup_pids("/system.slice/sglang@gpu0.service") == ["1", "2"]
+
+
+def test_the_rate_starts_when_reads_start():
+    """Twenty flat seconds (the imports) then 40 MB/s: the rate is 40 MB/s from the start."""
+    total, record = 2 * GB, None
+    for t in range(0, 30):
+        read = 0 if t <= 20 else 40 * 10**6 * (t - 20)
+        record = classify(obs(read_bytes=read, total_bytes=total), record, float(t), 900)
+    assert record["progress"]["rate_bps"] == 40 * 10**6
+
+
+def test_rounds_publish_progress_as_fields_and_a_summary(monkeypatch):
+    monkeypatch.setattr(readiness, "total_size", lambda files: 10 * GB)
+
+    def script(name, t):
+        if name == "gpu0":
+            return obs(port_open=True, http_status=200, model_listed=True)
+        return obs(read_bytes=int(t * GB / 10), log_count=int(t))
+
+    result = rounds(monkeypatch, script, interval=6.0)[0]
+    gpu1 = next(p for p in result["progress"] if p["name"] == "gpu1")
+    assert gpu1["state"] == "loading" and gpu1["total_bytes"] == 10 * GB
+    assert gpu1["rate_bps"] == GB // 10 and gpu1["percent"] == 6
+    assert result["summary"].startswith("1/2 healthy; gpu1 loading 6% (0.6/10.0 GB, 100 MB/s")
+    gpu0 = next(p for p in result["progress"] if p["name"] == "gpu0")
+    assert gpu0 == {"name": "gpu0", "state": "healthy", "elapsed_s": gpu0["elapsed_s"]}
+    assert "LOAD" in result["table"][0] and "6% (0.6/10.0 GB" in result["table"][2]
+
+
+def test_a_crash_keeps_where_the_load_was():
+    record = classify(obs(read_bytes=0, total_bytes=10 * GB), None, 0.0, 900)
+    record = classify(obs(read_bytes=4 * GB, total_bytes=10 * GB), record, 10.0, 900)
+    crashed = classify(obs(read_bytes=0, total_bytes=10 * GB, crash="killed"), record, 11.0, 900)
+    assert crashed["state"] == "crashed"
+    assert crashed["progress"]["percent"] == 40
+
+
+def test_weights_cached_before_the_load_count_as_done():
+    """A restart after a crash: 80% of the weights are still in the page cache; the rest reads
+    from disk, and the percent and ETA say so (not 20% read of 100% to go)."""
+    total, record = 10 * GB, None
+    for t in range(0, 20):
+        read = 0 if t < 5 else 100 * 10**6 * (t - 5)
+        record = classify(obs(read_bytes=read, total_bytes=total, cached_at_start=8 * GB),
+                          record, float(t), 900)
+    progress = record["progress"]
+    assert progress["percent"] == 94 and progress["cached_bytes"] == 8 * GB
+    assert progress["eta_s"] == 6
+    assert record["label"] == "loading 94% (9.4/10.0 GB, 100 MB/s, ETA 6s, 8.0 GB cached)"
+
+
+def test_no_eta_while_only_the_libraries_are_read():
+    total, record = 547 * GB, None
+    for t in range(0, 30):  # imports: 20 MB/s of libraries, 0.6 GB in 30 s
+        record = classify(obs(read_bytes=20 * 10**6 * t, total_bytes=total), record, float(t), 900)
+    assert record["progress"]["eta_s"] is None
+    assert record["label"] == "loading 0% (1/547 GB, 20 MB/s)"

@@ -110,3 +110,14 @@ def test_crash_mode_exits_non_zero():
     )
     assert done.returncode == 1
     assert "CUDA out of memory" in done.stdout
+
+
+def test_config_file_options_come_before_the_command_line(tmp_path):
+    """The stand-in takes --config as SGLang's ConfigArgumentMerger does: the file's options first
+    (the command line wins), and the path never becomes an option itself."""
+    config = tmp_path / "gpu0.yaml"
+    config.write_text('# managed\napi-key: "sk-a\\"b"\nport: 31000\n')
+    args = standin.parse(["--model-path", "m", "--config", str(config), "--port", "30001"])
+    assert args.api_key == 'sk-a"b'
+    assert args.port == 30001
+    assert args.unknown == []

@@ -75,3 +75,26 @@ def test_overrides_change_and_drop_settings():
 def test_bad_overrides_are_refused(bad):
     with pytest.raises(hardening.AnsibleFilterError):
         hardening.sglang_unit_hardening(bad)
+
+
+def render_text(template: str, **values) -> str:
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(CoreFilters().filters())
+    values = {**defaults(SERVE), "ansible_managed": "managed", **values}
+    values = {k: v for k, v in values.items() if not (isinstance(v, str) and "{{" in v)}
+    return env.from_string((SERVE / "templates" / template).read_text()).render(values)
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-test-7f3a9c1e5b", "a: b # c", 'q"uo\\te', "ünï", "-dash", "123"]
+)
+def test_the_config_file_gives_yaml_the_key_exactly(key):
+    """PyYAML (what SGLang's ConfigArgumentMerger reads with) returns the key unchanged."""
+    item = {"name": "gpu0"}
+    text = render_text("instance.yaml.j2", item=item, sglang_serve_api_key=key)
+    assert yaml.safe_load(text) == {"api-key": key}
+    assert yaml.safe_load(render_text("instance.yaml.j2", item=item)) is None  # no key: no options
+    args = render_text("instance.args.j2", item={"name": "gpu0", "argv": ["--port", "1"]},
+                       sglang_serve_launch_command=["python"], sglang_serve_api_key=key)
+    assert key not in args.splitlines()
+    assert args.splitlines()[-2:] == ["--config", "/etc/sglang/instances/gpu0.yaml"]

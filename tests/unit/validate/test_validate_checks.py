@@ -419,7 +419,9 @@ def test_args_file_is_argv_never_a_shell(tmp_path):
     out = subprocess.run(["/bin/bash", str(launcher), "gpu0"], capture_output=True, text=True,
                          check=True, cwd=tmp_path)
     printed = out.stdout.splitlines()
-    assert printed[-len(extra):] == extra
+    # the extra arguments, then the instance's --config file (the API key's home)
+    assert printed[-len(extra) - 2:-2] == extra
+    assert printed[-2:] == ["--config", f"{tmp_path}/gpu0.yaml"]
     assert not canary.exists() and not second.exists()
     assert Path(tmp_path / "gpu0.args").read_text().count("$(touch") == 1
 
