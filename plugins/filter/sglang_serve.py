@@ -186,7 +186,7 @@ def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str
 
 def _eagle3_args(settings: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
     values = {key: _setting(settings, raw, key) for key in EAGLE3_KEYS}
-    given = [key for key, (value, _) in values.items() if value not in (None, "")]
+    given = [key for key, (value, _var) in values.items() if value not in (None, "")]
     if not given:
         return []
     missing = [values[key][1] for key in EAGLE3_KEYS if key not in given]

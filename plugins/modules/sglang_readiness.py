@@ -3,19 +3,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import http.client
-import json
-import os
-import re
-import socket
-import subprocess
-import time
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: sglang_readiness
@@ -44,7 +31,8 @@ description:
     says C(cached) instead of a false 0%.
 options:
   instances:
-    description: Resolved instances (name, unit, port, probe_host, gpus, served_model_name).
+    description: Resolved instances (name, unit, port, probe_host, gpus, served_model_name,
+      model_path, draft_model_path).
     type: list
     elements: dict
     required: true
@@ -80,45 +68,79 @@ options:
     description: Seconds of samples the read rate (and so the ETA) is taken over.
     type: float
     default: 10
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: One round of readiness for every instance (loading, healthy, crashed, hung)
+  sglang_lxc.serving.sglang_readiness:
+    instances:
+      - {name: gpu0, unit: sglang@gpu0.service, port: 30000, model_path: /srv/models/kimi-k2.5}
+    interval: 30
+    stall_timeout: 600
+    timeout: 3600
+    state: "{{ previous_round.state | default({}) }}"
+  register: previous_round
 """
 
 RETURN = r"""
 done:
   description: True once every instance is healthy or any instance crashed or hung or time ran out.
   type: bool
+  returned: always
 outcome:
   description: C(waiting), C(healthy), C(crashed), C(hung) or C(timeout).
   type: str
+  returned: always
 report:
   description: Human-readable lines (elapsed time and state per instance).
   type: list
+  returned: always
 table:
   description: Result table lines (instance, GPU, port, memory, HTTP status, state).
   type: list
+  returned: always
 verdict:
   description: E.g. "8/8 healthy".
   type: str
+  returned: always
 summary:
   description: >-
     One line for a checklist, e.g. "7/8 healthy; gpu3 loading 43% (235/547 GB, 1.9 GB/s, ETA
     2m40s)".
   type: str
+  returned: always
 progress:
   description: >-
     Per instance, as fields - name, state, elapsed_s and, while loading, percent, done_bytes,
     total_bytes, rate_bps, eta_s, shards_done, shards_total, cached, text.
   type: list
+  returned: always
 instances:
   description: >-
     Per-instance observation and classification; C(progress) holds the load progress as fields
     (percent, done_bytes, total_bytes, rate_bps, eta_s, shards_done, shards_total, cached, text).
   type: list
+  returned: always
 state:
   description: Opaque state to pass to the next round.
   type: dict
+  returned: always
 """
 
+import ctypes
+import glob
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
 
 TERMINAL_BAD = ("crashed", "hung")
 
@@ -618,7 +640,7 @@ def observe(
     obs["http_status"] = None
     obs["model_listed"] = False
     if obs["port_open"]:
-        obs["http_status"], _ = http_get(host, port, "/health", "")
+        obs["http_status"], _body = http_get(host, port, "/health", "")
         if obs["http_status"] == 200:
             status, body = http_get(host, port, "/v1/models", api_key)
             if status == 200:

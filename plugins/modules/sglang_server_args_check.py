@@ -3,15 +3,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import time
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 module: sglang_server_args_check
 short_description: Parse SGLang command lines with SGLang's own parser before they are written
@@ -54,7 +45,8 @@ options:
     description: Seconds the parse may take (the import of SGLang included).
     type: float
     default: 120
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -84,6 +76,15 @@ seconds:
   type: float
   returned: always
 """
+
+import json
+import os
+import re
+import subprocess
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
 
 # Runs in the serving venv's python. Reads {"instances": [...], "config": {...}} on stdin.
 PARSE_SCRIPT = r"""

@@ -30,7 +30,7 @@ def load_env_file(path: str) -> None:
             line = line.strip()
             if not line or line.startswith("#") or "=" not in line:
                 continue
-            key, _, value = line.partition("=")
+            key, _eq, value = line.partition("=")
             os.environ.setdefault(key.strip(), value.strip().strip('"'))
 
 
