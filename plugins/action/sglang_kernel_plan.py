@@ -220,6 +220,7 @@ ARGS = {
     "git_ref": "",
     "subdir": "",
     "from_git": False,
+    "source_info": {},
     "cache_dir": None,
     # target paths
     "python": None,
@@ -271,6 +272,8 @@ class ActionModule(ActionBase):
             }
         else:
             source = {"folder": tree_dir, "tree": folder_tree_id(tree_dir)}
+        # the build copy's transformation and its FetchContent dependencies (sglang_kernel_sources)
+        source.update(dict(args["source_info"] or {}))
 
         probe = self._module(
             "sglang_kernel_probe",

@@ -22,7 +22,10 @@ fi
 # The CUDA libraries torch was built with (the venv's nvidia/cu13: cuBLAS, cuSPARSE, cuSOLVER,
 # nvrtc, ...): their headers for torch's ATen/cuda headers, and unversioned link names
 # (libcublas.so -> libcublas.so.13) for sgl-kernel's bare "cublas", "cublasLt", "nvrtc".
-if [ -n "${SGLK_CUDA_LIBS:-}" ]; then
+if [ -z "${SGLK_CUDA_LIBS:-}" ]; then
+    SGLK_CUDA_LIBS="$("${SGLK_PYTHON}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13"
+fi
+if [ -d "${SGLK_CUDA_LIBS}" ]; then
     overlay="${SGLK_WORK}/overlay/lib"
     rm -rf "${overlay}"
     mkdir -p "${overlay}"
@@ -33,6 +36,10 @@ if [ -n "${SGLK_CUDA_LIBS:-}" ]; then
     done
     export CPATH="${SGLK_CUDA_LIBS}/include${CPATH:+:${CPATH}}"
     export LIBRARY_PATH="${overlay}${LIBRARY_PATH:+:${LIBRARY_PATH}}"
+    # torch's CMake package looks for nvrtc only in the toolkit, which has none
+    if [ -e "${overlay}/libnvrtc.so" ]; then
+        export CMAKE_ARGS="${CMAKE_ARGS:-} -DCUDA_nvrtc_LIBRARY=${overlay}/libnvrtc.so"
+    fi
 fi
 # -lcuda links against the driver stub (cuda_toolkit's lib64/stubs): there is no driver here.
 if [ -n "${CUDA_HOME:-}" ] && [ -d "${CUDA_HOME}/lib64/stubs" ]; then
@@ -44,6 +51,9 @@ fi
 # first. A command for an architecture that was not asked for stops the build there.
 if [ -n "${SGLK_CHECK:-}" ]; then
     real_ninja=$(command -v ninja || command -v ninja-build || true)
+    if [ -z "${real_ninja}" ] && [ -x "$(dirname "${SGLK_PYTHON}")/ninja" ]; then
+        real_ninja="$(dirname "${SGLK_PYTHON}")/ninja"
+    fi
     : "${real_ninja:?sgl-kernel build: ninja is not installed}"
     mkdir -p "${SGLK_WORK}/bin"
     cat > "${SGLK_WORK}/bin/ninja" <<GUARD
