@@ -229,6 +229,16 @@ def missing_message(missing: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def transform_args(record: dict, src: str) -> list[str]:
+    """The build copy's CMake arguments (our helper's include, the asked architectures)."""
+    out = []
+    for name, value in sorted((record.get("cmake_args") or {}).items()):
+        if name == "CMAKE_PROJECT_TOP_LEVEL_INCLUDES":
+            value = f"{src}/{value}"
+        out.append(f"-D{name}={value}")
+    return out
+
+
 def pack(folder: str, archive: str) -> None:
     """tar.gz of a folder, written aside and renamed (once per name)."""
     if os.path.isfile(archive):
@@ -337,7 +347,7 @@ class ActionModule(ActionBase):
             archive=copy_archive,
             transform=record,
             deps=found["deps"],
-            cmake_args=_cmake.fetchcontent_args(folders),
+            cmake_args=_cmake.fetchcontent_args(folders) + transform_args(record, f"{work}/src"),
             check_script=str(CHECK_SCRIPT),
             check_args=" ".join(
                 [f"--allow {a}" for a in allow] + [f"--search {work}/src", f"--search {work}/deps"]

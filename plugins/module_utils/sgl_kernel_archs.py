@@ -286,20 +286,14 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
                         }
                     )
 
-    # dependencies built with add_subdirectory: their targets get the asked architectures
-    helper_needed = False
+    # dependencies built with add_subdirectory set their own architectures (mscclpp: 80 90): our
+    # helper, included after the top-level project() through CMAKE_PROJECT_TOP_LEVEL_INCLUDES,
+    # gives every target that has CUDA_ARCHITECTURES the asked ones once all CMake files are read.
     cuda_archs = ";".join(f"{a}-real" for a in wanted)
-    for rel, (_, cmds) in parsed.items():
-        for cmd in cmds:
-            if cmd.name == "add_subdirectory" and cmd.args and "_SOURCE_DIR}" in cmd.args[0].value:
-                helper_needed = True
-                call = (
-                    f'\nsglang_lxc_cuda_archs("{cmd.args[0].value}" "{cuda_archs}")'
-                    "  # sglang-lxc: this dependency's CUDA targets, asked architectures only"
-                )
-                edits[rel].append((cmd.end, cmd.end, call))
-                what = f"CUDA_ARCHITECTURES {cuda_archs} for the targets of {cmd.args[0].value}"
-                record_edits.append({"file": rel, "line": cmd.line, "what": what})
+    record_edits.append(
+        {"file": f"cmake/{HELPER}", "line": 1,
+         "what": f"CUDA_ARCHITECTURES {cuda_archs} for targets that set their own (dependencies)"}
+    )  # fmt: skip
 
     # 4. apply: commented commands first become line edits
     for rel, cmds in commented.items():
@@ -332,16 +326,13 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
         text = parsed[rel][0]
         for start, end, new in sorted(file_edits, key=lambda e: (e[0], e[1]), reverse=True):
             text = text[:start] + new + text[end:]
-        # lines that held only a removed gencode
-        text = "\n".join(ln for ln in text.split("\n") if ln == "" or ln.strip())
-        if rel == "CMakeLists.txt" and helper_needed:
-            text = _insert_helper_include(text)
+        # a removed gencode leaves its line empty: the copy keeps the tree's line numbers
         with open(os.path.join(root, rel), "w", encoding="utf-8") as handle:
             handle.write(text)
         changed.append(rel)
-    if helper_needed:
-        with open(os.path.join(root, "cmake", HELPER), "w", encoding="utf-8") as handle:
-            handle.write(HELPER_TEXT)
+    os.makedirs(os.path.join(root, "cmake"), exist_ok=True)
+    with open(os.path.join(root, "cmake", HELPER), "w", encoding="utf-8") as handle:
+        handle.write(HELPER_TEXT)
     return {
         "archs": [f"sm_{a}" for a in wanted],
         "gencodes": [gencode(a) for a in wanted],
@@ -352,25 +343,31 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
         "not_included": sorted(skipped_files),
         "edits": sorted(record_edits, key=lambda e: (e["file"], e["line"])),
         "files": sorted(changed),
+        # relative to the build copy; the role prefixes the target's path
+        "cmake_args": {
+            "CMAKE_PROJECT_TOP_LEVEL_INCLUDES": f"cmake/{HELPER}",
+            "SGLANG_LXC_CUDA_ARCHS": cuda_archs,
+        },
     }
 
 
-def _insert_helper_include(text: str) -> str:
-    line = f'include("${{CMAKE_CURRENT_LIST_DIR}}/cmake/{HELPER}")  # sglang-lxc\n'
-    m = re.search(r"^\s*project\s*\(.*?\)[^\n]*\n", text, flags=re.M | re.S | re.I)
-    if not m:
-        raise TransformError("CMakeLists.txt:1: no project() to place our helper after")
-    return text[: m.end()] + line + text[m.end() :]
-
-
 HELPER_TEXT = """\
-# Written by sglang-lxc into the build copy (never into the source cache): a dependency built with
-# add_subdirectory sets its own CUDA architectures; this gives its targets the asked ones.
+# Written by sglang-lxc into the build copy (never into the source cache), included after the
+# top-level project() (CMAKE_PROJECT_TOP_LEVEL_INCLUDES). A dependency built with
+# add_subdirectory (mscclpp) sets CMAKE_CUDA_ARCHITECTURES of its own; once every CMake file is
+# read, each target with CUDA_ARCHITECTURES (not OFF) gets SGLANG_LXC_CUDA_ARCHS instead.
+include_guard(GLOBAL)
+
 function(sglang_lxc_cuda_archs dir archs)
   get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
   foreach(_target IN LISTS _targets)
     get_target_property(_type ${_target} TYPE)
-    if(NOT _type STREQUAL "INTERFACE_LIBRARY" AND NOT _type STREQUAL "UTILITY")
+    if(_type STREQUAL "INTERFACE_LIBRARY" OR _type STREQUAL "UTILITY")
+      continue()
+    endif()
+    get_target_property(_archs ${_target} CUDA_ARCHITECTURES)
+    if(_archs AND NOT _archs STREQUAL "OFF")
+      message(STATUS "sglang-lxc: ${_target}: CUDA_ARCHITECTURES ${_archs} -> ${archs}")
       set_property(TARGET ${_target} PROPERTY CUDA_ARCHITECTURES ${archs})
     endif()
   endforeach()
@@ -379,4 +376,12 @@ function(sglang_lxc_cuda_archs dir archs)
     sglang_lxc_cuda_archs("${_sub}" "${archs}")
   endforeach()
 endfunction()
+
+function(sglang_lxc_cuda_archs_all)
+  sglang_lxc_cuda_archs("${CMAKE_SOURCE_DIR}" "${SGLANG_LXC_CUDA_ARCHS}")
+endfunction()
+
+if(SGLANG_LXC_CUDA_ARCHS)
+  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL sglang_lxc_cuda_archs_all)
+endif()
 """
