@@ -19,9 +19,9 @@ import pytest
 from tests.loaders import ROOT
 
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-import sgl_kernel_archs as archs  # noqa: E402
-import sgl_kernel_cmake as cmake  # noqa: E402
-import sgl_kernel_configured as configured  # noqa: E402
+import sgl_kernel_archs as archs
+import sgl_kernel_cmake as cmake
+import sgl_kernel_configured as configured
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sgl_kernel_fixture"
 OFF = ["ENABLE_BELOW_SM90", "SGL_KERNEL_ENABLE_FA3", "MSCCLPP_BUILD_PYTHON_BINDINGS"]
@@ -78,9 +78,7 @@ def test_sm120_only_build_copy_of_the_fixture(copy):
     gens = live_gencodes(copy)
     assert gens["FIXTURE_CUDA_FLAGS"] == ["-gencode=arch=compute_120a,code=sm_120a"]
     assert set(gens) <= {"FIXTURE_CUDA_FLAGS", "FIXTURE_FLASH_CUDA_FLAGS"}  # FA3's: target gone
-    defined = {
-        cmd.values()[0] for _, cmd in live(copy) if cmd.name in archs.TARGET_COMMANDS
-    }
+    defined = {cmd.values()[0] for _, cmd in live(copy) if cmd.name in archs.TARGET_COMMANDS}
     assert defined == {"common_ops_sm100_build"}
     fa3_on = [
         f"{rel}:{cmd.line}"
@@ -89,8 +87,9 @@ def test_sm120_only_build_copy_of_the_fixture(copy):
     ]
     assert fa3_on == []
     installs = [cmd.values() for _, cmd in live(copy) if cmd.name == "install"]
-    assert installs == [["TARGETS", "common_ops_sm100_build", "LIBRARY", "DESTINATION",
-                         "sgl_kernel/sm100"]]  # fmt: skip
+    assert installs == [
+        ["TARGETS", "common_ops_sm100_build", "LIBRARY", "DESTINATION", "sgl_kernel/sm100"]
+    ]
     # the copy keeps the tree's line numbers (a message names a line of either)
     assert len((copy / "CMakeLists.txt").read_text().split("\n")) == len(
         (FIXTURE / "CMakeLists.txt").read_text().split("\n")
@@ -113,12 +112,16 @@ def test_the_build_copy_reads_only_the_pins_of_kept_files(copy):
     # the untransformed tree also needs the MLA file's pin
     assert "repo-fixture-mla" in {p.name for p in cmake.read_pins(str(FIXTURE))}
     nested = cmake.read_pins(
-        str(ROOT / "tests/fixtures/sgl_kernel_fixture_deps/fixture-comm"), parent="repo-fixture-comm"
+        str(ROOT / "tests/fixtures/sgl_kernel_fixture_deps/fixture-comm"),
+        parent="repo-fixture-comm",
     )
     assert [(p.name, p.git, p.where()) for p in nested] == [
-        ("fixture-config", ("https://git.invalid/sglang-lxc-fixture/fixture-config.git", "v1.0"),
-         "repo-fixture-comm: CMakeLists.txt:16")
-    ]  # fmt: skip
+        (
+            "fixture-config",
+            ("https://git.invalid/sglang-lxc-fixture/fixture-config.git", "v1.0"),
+            "repo-fixture-comm: CMakeLists.txt:16",
+        )
+    ]
 
 
 def test_other_architectures_keep_other_targets(copy):
@@ -161,7 +164,7 @@ def test_bad_arch_names_the_variable():
         archs.arch_number("sm120")
 
 
-# ------------------------------------------------------------------------------ the configured build
+# -------------------------------------------------------------------------- the configured build
 
 NINJA = """\
 # CMAKE generated file: DO NOT EDIT!
@@ -202,7 +205,8 @@ def test_the_check_counts_and_names_what_was_not_asked_for(tmp_path):
     assert (result["nvcc_commands"], result["compiles"]) == (4, 4)
     assert result["per_arch"] == {"sm_120a": 2, "sm_80": 1, "sm_90a": 1}
     assert result["problems"] == [
-        f"CMakeFiles/ops.dir/csrc/b.cu.o: sm_90a (allowed: sm_120a); look at {src}/CMakeLists.txt:2",
+        "CMakeFiles/ops.dir/csrc/b.cu.o: sm_90a (allowed: sm_120a); "
+        f"look at {src}/CMakeLists.txt:2",
         "dep/comm.cu.o: sm_80 (allowed: sm_120a); look at (no CMake file names it: "
         "CMAKE_CUDA_ARCHITECTURES?)",
         "dep/plain.cu.o: nvcc without an architecture flag (nvcc's default)",
@@ -226,23 +230,27 @@ def test_the_reader_keeps_quotes_brackets_and_lines():
     assert [c.name for c in cmds] == ["set", "if", "endif"]
     assert cmds[0].values() == ["A", "x y", "z\n(w)", "u\\ v"]
     assert (cmds[1].line, cmds[2].line) == (4, 5)  # the bracket argument spans two lines
-    with pytest.raises(cmake.CMakeReadError, match="f.cmake:1: 'set\\(' is never closed"):
+    with pytest.raises(cmake.CMakeReadError, match=r"f.cmake:1: 'set\(' is never closed"):
         cmake.parse_commands("set(A\n", "f.cmake")
 
 
 def test_pins_with_variables_or_urls(tmp_path):
+    gh = "https://github.com"
     (tmp_path / "CMakeLists.txt").write_text(
-        "FetchContent_Declare(json URL https://github.com/nlohmann/json/releases/download/v3.11.3/json.tar.xz)\n"
-        "FetchContent_Declare(gt URL https://github.com/google/googletest/archive/refs/tags/v1.14.0.zip)\n"
-    )  # fmt: skip
+        f"FetchContent_Declare(json URL {gh}/nlohmann/json/releases/download/v3.11.3/json.tar.xz)\n"
+        f"FetchContent_Declare(gt URL {gh}/google/googletest/archive/refs/tags/v1.14.0.zip)\n"
+    )
     pins = cmake.read_pins(str(tmp_path))
     assert [p.git for p in pins] == [
         ("https://github.com/nlohmann/json", "v3.11.3"),
         ("https://github.com/google/googletest", "v1.14.0"),
     ]
     assert pins[0].cmake_name == "JSON"
-    (tmp_path / "CMakeLists.txt").write_text("FetchContent_Declare(x GIT_REPOSITORY u GIT_TAG ${T})\n")
-    with pytest.raises(cmake.CMakeReadError, match=re.escape("CMakeLists.txt:1: FetchContent_Declare(x) uses a variable")):
+    (tmp_path / "CMakeLists.txt").write_text(
+        "FetchContent_Declare(x GIT_REPOSITORY u GIT_TAG ${T})"
+    )
+    expected = "CMakeLists.txt:1: FetchContent_Declare(x) uses a variable"
+    with pytest.raises(cmake.CMakeReadError, match=re.escape(expected)):
         cmake.read_pins(str(tmp_path))
     assert cmake.fetchcontent_args({"repo-cutlass": "/w/deps/c"}) == [
         "-DFETCHCONTENT_FULLY_DISCONNECTED=ON",

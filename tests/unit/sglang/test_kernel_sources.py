@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import os
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from tests.kernel_fixture import FIXTURE, URL_PREFIX, make_dep_repos, url_rewrites
 from tests.loaders import ROOT, load_file
 
-sources = load_file("sglang_kernel_sources_action", ROOT / "plugins/action/sglang_kernel_sources.py")
+ACTION = ROOT / "plugins/action/sglang_kernel_sources.py"
+sources = load_file("sglang_kernel_sources_action", ACTION)
 rewrites = load_file("sglang_lxc_filter_git_rewrites", ROOT / "plugins/filter/git_rewrites.py")
 
-ARGS = ["-DENABLE_BELOW_SM90=OFF", "-DSGL_KERNEL_ENABLE_FA3=OFF", "-DCMAKE_POLICY_VERSION_MINIMUM=3.5"]
+ARGS = [
+    "-DENABLE_BELOW_SM90=OFF",
+    "-DSGL_KERNEL_ENABLE_FA3=OFF",
+    "-DCMAKE_POLICY_VERSION_MINIMUM=3.5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +45,27 @@ def test_every_pin_is_fetched_offline_through_the_rewrite(repos, tmp_path):
     copy = cache / "build-copies" / "x"
     record = sources.make_build_copy(str(FIXTURE), str(copy), ["12.0"], sources.options_off(ARGS))
     assert {t["target"] for t in record["left_out"]} == {
-        "common_ops_sm90_build", "flash_ops", "fixture_mla_ops"
-    }  # fmt: skip
+        "common_ops_sm90_build",
+        "flash_ops",
+        "fixture_mla_ops",
+    }
     env = rewrites.git_url_rewrite_env(url_rewrites(dest))
     found = sources.collect(str(copy), str(cache), env, fetch=True)
     assert found["missing"] == []
-    got = {d["name"]: (d["ref"], os.path.basename(d["folder"])) for d in found["deps"]}
+    got = {d["name"]: os.path.basename(d["folder"]) for d in found["deps"]}
+    headers, comm_commit = commits["fixture-headers"], commits["fixture-comm"]
     assert got == {
-        "repo-fixture-headers": (commits["fixture-headers"], f"repo-fixture-headers-{commits['fixture-headers']}"),
-        "repo-fixture-comm": (commits["fixture-comm"], f"repo-fixture-comm-{commits['fixture-comm']}"),
-        "fixture-config": ("v1.0", "fixture-config-v1.0"),  # mscclpp-style: the dependency's own pin
-    }  # fmt: skip
+        "repo-fixture-headers": f"repo-fixture-headers-{headers}",
+        "repo-fixture-comm": f"repo-fixture-comm-{comm_commit}",
+        "fixture-config": "fixture-config-v1.0",  # mscclpp-style: the dependency's own pin
+    }
     comm = next(d for d in found["deps"] if d["name"] == "repo-fixture-comm")
-    assert (open(os.path.join(comm["folder"], ".sglang-lxc-pin")).read().split()
-            == [f"{URL_PREFIX}fixture-comm.git", commits["fixture-comm"], commits["fixture-comm"]])  # fmt: skip
+    pin = (Path(comm["folder"]) / ".sglang-lxc-pin").read_text().split()
+    assert pin == [
+        f"{URL_PREFIX}fixture-comm.git",
+        commits["fixture-comm"],
+        commits["fixture-comm"],
+    ]
     assert os.path.isfile(os.path.join(comm["folder"], "src", "comm.cu"))
     # the MLA library's pin (a file the build copy no longer includes) is not needed
     assert "repo-fixture-mla" not in got
