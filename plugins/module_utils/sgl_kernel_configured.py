@@ -118,9 +118,11 @@ def where_written(arch: str, search: list[str], limit: int = 3) -> list[str]:
     hits: list[str] = []
     for root in search:
         for dirpath, dirnames, filenames in os.walk(root):
+            if os.path.isfile(os.path.join(dirpath, "CMakeCache.txt")):
+                dirnames[:] = []  # a build folder: its cache only (the flags given to CMake)
             dirnames[:] = sorted(d for d in dirnames if d not in (".git", "build", "_deps"))
             for name in sorted(filenames):
-                if not (name == "CMakeLists.txt" or name.endswith(".cmake")):
+                if not (name in ("CMakeLists.txt", "CMakeCache.txt") or name.endswith(".cmake")):
                     continue
                 path = os.path.join(dirpath, name)
                 with open(path, encoding="utf-8", errors="replace") as handle:
@@ -160,7 +162,7 @@ def check(build_dir: str, allow: list[str], search: list[str]) -> dict:
         if not cmd["archs"]:
             problems.append(f"{cmd['output']}: nvcc without an architecture flag (nvcc's default)")
         for arch in wrong:
-            look = where_written(arch, search) or [
+            look = where_written(arch, [*search, build_dir]) or [
                 "(no CMake file names it: CMAKE_CUDA_ARCHITECTURES?)"
             ]
             problems.append(f"{cmd['output']}: {arch} (allowed: {', '.join(sorted(allowed))}); "
