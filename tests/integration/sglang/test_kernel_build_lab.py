@@ -151,7 +151,9 @@ def test_a_configured_build_for_another_architecture_stops_before_compiling(ct):
     result = ct.run_playbook(
         PLAYBOOK,
         extra_vars=fixture_vars(
-            sglang_kernel_extra_cmake_args=["-DCMAKE_CUDA_FLAGS=-gencode=arch=compute_90,code=sm_90"]
+            sglang_kernel_extra_cmake_args=[
+                "-DCMAKE_CUDA_FLAGS=-gencode=arch=compute_90,code=sm_90"
+            ]
         ),
     )
     assert result.rc != 0, str(result)
