@@ -116,6 +116,13 @@ def mirror_folder(cache: str, repository: str) -> str:
     return os.path.join(cache, "git", _cmake.safe_name(name) + ".git")
 
 
+def _last_error(done: subprocess.CompletedProcess) -> str:
+    """git's own reason: its first 'fatal:' line, else its last line."""
+    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith("fatal:")]
+    return (fatal or lines or [f"git exited with {done.returncode}"])[0]
+
+
 def fetch_dep(cache: str, pin, env: dict, run=subprocess.run) -> str:
     """Export the pin's commit into its cache folder; returns "" or the reason it failed."""
     repository, ref = pin.git
@@ -138,24 +145,16 @@ def fetch_dep(cache: str, pin, env: dict, run=subprocess.run) -> str:
 
     if not os.path.isdir(mirror):
         os.makedirs(os.path.dirname(mirror), exist_ok=True)
-        done = git("clone", "--quiet", "--bare", repository, mirror + ".partial")
+        done = git("init", "--quiet", "--bare", mirror)
         if done.returncode != 0:
-            shutil.rmtree(mirror + ".partial", ignore_errors=True)
-            return (
-                (done.stderr or done.stdout).strip().splitlines()[-1]
-                if (done.stderr or done.stdout).strip()
-                else "git clone failed"
-            )
-        os.rename(mirror + ".partial", mirror)
-    found = git("-C", mirror, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+            return _last_error(done)
+    # only the pinned commit (or tag), not the repository's history
+    fetched = git("-C", mirror, "fetch", "--quiet", "--depth", "1", repository, ref)
+    if fetched.returncode != 0:
+        return _last_error(fetched)
+    found = git("-C", mirror, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
     if found.returncode != 0:
-        fetched = git(
-            "-C", mirror, "fetch", "--quiet", "--tags", "origin", "+refs/heads/*:refs/heads/*"
-        )
-        found = git("-C", mirror, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-        if found.returncode != 0:
-            why = (fetched.stderr or "").strip().splitlines()
-            return f"{ref} is not in {repository}" + (f" ({why[-1]})" if why else "")
+        return f"{ref} fetched from {repository} is not a commit"
     partial = f"{folder}.{os.getpid()}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
