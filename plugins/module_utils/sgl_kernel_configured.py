@@ -162,7 +162,7 @@ def check(build_dir: str, allow: list[str], search: list[str]) -> dict:
         if not cmd["archs"]:
             problems.append(f"{cmd['output']}: nvcc without an architecture flag (nvcc's default)")
         for arch in wrong:
-            look = where_written(arch, [*search, build_dir]) or [
+            look = where_written(arch, [build_dir, *search]) or [
                 "(no CMake file names it: CMAKE_CUDA_ARCHITECTURES?)"
             ]
             problems.append(f"{cmd['output']}: {arch} (allowed: {', '.join(sorted(allowed))}); "
