@@ -190,6 +190,7 @@ def plan(args: dict, source: dict, probe: dict, resources: dict, paths: dict) ->
         args["nvcc_threads"],
         args["reserve_gb"],
         args["max_jobs"],
+        archs=len(args["cuda_archs"]),
     )
     reason = build_reason(probe.get("stamp") or {}, inputs, probe.get("installed"))
     tree = source.get("tree", "")
