@@ -173,6 +173,7 @@ def plan(args: dict, source: dict, probe: dict, resources: dict, paths: dict) ->
         args["nvcc_threads"],
         args["reserve_gb"],
         args["max_jobs"],
+        archs=len(args["cuda_archs"]),
     )
     reason = build_reason(probe.get("stamp") or {}, inputs, probe.get("installed"))
     tree = source.get("tree", "")
@@ -203,6 +204,7 @@ ARGS = {
     "git_ref": "",
     "subdir": "",
     "from_git": False,
+    "source_info": {},
     "cache_dir": None,
     # target paths
     "python": None,
@@ -254,6 +256,8 @@ class ActionModule(ActionBase):
             }
         else:
             source = {"folder": tree_dir, "tree": folder_tree_id(tree_dir)}
+        # the build copy's transformation and its FetchContent dependencies (sglang_kernel_sources)
+        source.update(dict(args["source_info"] or {}))
 
         probe = self._module(
             "sglang_lxc.serving.sglang_kernel_probe",

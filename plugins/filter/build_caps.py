@@ -3,7 +3,11 @@
 One formula, used by role `sglang` and documented in docs/build-caps.md:
 
     jobs = max(1, min(cpus, floor((mem_available_gib - reserve_gib)
-                                  / (per_thread_gib * nvcc_threads))))
+                                  / (per_thread_gib * min(nvcc_threads, archs)))))
+
+`archs` is the number of GPU architectures each nvcc command builds: nvcc's `--threads` runs the
+architectures' device compiles in parallel, so more threads than architectures use no more memory
+(measured: docs/build-caps.md). 0 leaves the threads as given.
 
 `cpus` and `mem_available` must be the container's own view (cgroup limits, lxcfs), which the
 role's `sglang_build_resources` module reads. An explicit override (> 0) wins over the formula.
@@ -56,6 +60,7 @@ def build_job_cap(
     reserve_gb: Any = 4,
     override: Any = 0,
     names: dict[str, str] | None = None,
+    archs: Any = 0,
 ) -> int:
     """Parallel compile jobs that fit in `mem_available_bytes` and `cpus`.
 
@@ -63,6 +68,7 @@ def build_job_cap(
     nvcc_threads:  `nvcc --threads` per compile (SGL_KERNEL_COMPILE_THREADS).
     reserve_gb:    GiB kept free for everything else in the container.
     override:      > 0 returns exactly this many jobs; 0 means "compute".
+    archs:         architectures per nvcc command (> 0 caps the threads that use memory).
     """
     n = {**DEFAULT_NAMES, **(names or {})}
     cpu_count = _number(cpus, n["cpus"], minimum=0)
@@ -73,6 +79,8 @@ def build_job_cap(
     forced = _number(override, n["override"], minimum=0, allow_equal=True)
     if forced >= 1:
         return int(forced)
+    if archs and float(archs) >= 1:
+        threads = min(threads, float(archs))
     usable_gib = mem / GIB - reserve
     by_memory = math.floor(usable_gib / (per_thread * threads))
     return max(1, min(math.floor(cpu_count), by_memory))
@@ -85,13 +93,17 @@ def build_job_cap_explain(
     nvcc_threads: Any = 1,
     reserve_gb: Any = 4,
     override: Any = 0,
+    archs: Any = 0,
 ) -> dict[str, Any]:
     """build_job_cap plus the terms that decided it (for logs and findings)."""
     jobs = build_job_cap(
-        cpus, mem_available_bytes, per_thread_gb, nvcc_threads, reserve_gb, override
+        cpus, mem_available_bytes, per_thread_gb, nvcc_threads, reserve_gb, override, archs=archs
     )
+    threads = float(nvcc_threads)
+    if archs and float(archs) >= 1:
+        threads = min(threads, float(archs))
     usable = float(mem_available_bytes) / GIB - float(reserve_gb)
-    by_memory = math.floor(usable / (float(per_thread_gb) * float(nvcc_threads)))
+    by_memory = math.floor(usable / (float(per_thread_gb) * threads))
     if float(override) >= 1:
         limited_by = "override"
     elif by_memory < 1:
@@ -108,6 +120,7 @@ def build_job_cap_explain(
         "jobs_by_memory": by_memory,
         "per_thread_gb": float(per_thread_gb),
         "nvcc_threads": int(float(nvcc_threads)),
+        "archs": int(float(archs or 0)),
         "reserve_gb": float(reserve_gb),
     }
 

@@ -1,10 +1,12 @@
 """The sgl-kernel build path of role `sglang`, for real, on a lab container.
 
 The real sgl-kernel takes hours on two cores, so a stand-in project
-(tests/fixtures/sgl_kernel_fixture: scikit-build-core + CMake + six .cu files compiled by nvcc for
-sm_120, distribution sglang-kernel, import sgl_kernel) goes through the same tasks: wheelhouse build
-tools, source copy, capped detached build, install, stamp. A compiler launcher records how many
-compiles run at once.
+(tests/fixtures/sgl_kernel_fixture: scikit-build-core + CMake + nvcc, distribution sglang-kernel,
+import sgl_kernel) with the real tree's traits goes through the same tasks: its FetchContent
+sources fetched offline into a controller cache through git url rewrites (local repositories made
+by tests/kernel_fixture.py), the SM120-only build copy, the check of the configured build,
+wheelhouse build tools, capped detached build, install, stamp. A compiler launcher records how
+many compiles run at once.
 
 Needs the cuda_toolkit role (playbooks/toolchain.yml) for nvcc; the container has no route to
 package registries, so the build tools come through the controller wheelhouse.
@@ -18,6 +20,7 @@ import time
 
 import pytest
 
+from tests.kernel_fixture import make_dep_repos, url_rewrites
 from tests.lablib import REPO, VENV_BIN, lab_env
 
 pytestmark = pytest.mark.lab
@@ -29,10 +32,14 @@ VENV = "/opt/sglang/venv"
 WORK = "/opt/sglang/build/sgl-kernel"
 STAMP = f"{VENV}/.sglang-lxc/sgl-kernel.json"
 LAUNCHER_DIR = "/var/tmp/sgl-kernel-launcher"
+# Filled by the ct fixture: the dependency repositories and the controller's source cache.
+SOURCES: dict = {}
 
 
 def fixture_vars(**overrides) -> dict:
     base = {
+        "sglang_kernel_git_url_rewrites": SOURCES["rewrites"],
+        "sglang_kernel_source_cache_dir": SOURCES["cache"],
         "sglang_stack_enabled": False,
         "sglang_kernel_from_source": True,
         "sglang_kernel_source_dir": str(FIXTURE),
@@ -82,7 +89,10 @@ def max_concurrent(ct) -> int:
 
 
 @pytest.fixture(scope="module")
-def ct(lab_container):
+def ct(lab_container, tmp_path_factory):
+    repos = tmp_path_factory.mktemp("kernel-deps")
+    make_dep_repos(repos)
+    SOURCES.update(rewrites=url_rewrites(repos), cache=str(tmp_path_factory.mktemp("sources")))
     ct = lab_container(VMID)
     result = ct.run_playbook("playbooks/toolchain.yml")
     assert result.rc == 0, str(result)
@@ -95,6 +105,11 @@ def test_bad_input_fails_before_any_change(ct):
         ({"sglang_kernel_nvcc_threads": 0}, "sglang_kernel_nvcc_threads"),
         ({"sglang_kernel_build_reserve_gb": -1}, "sglang_kernel_build_reserve_gb"),
         ({"sglang_kernel_source_dir": "/nonexistent"}, "sglang_kernel_source_dir"),
+        # no mirror: the dependency is named with its repository, commit and cache folder
+        (
+            {"sglang_kernel_git_url_rewrites": {}},
+            "https://git.invalid/sglang-lxc-fixture/fixture-headers.git at 6fe729b7",
+        ),
     ]:
         result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars(**extra))
         assert result.rc != 0, str(result)
@@ -114,10 +129,39 @@ def test_converge_builds_with_the_cap(ct):
     assert max_concurrent(ct) == jobs  # parallel, and never more than the cap
     info = build_info(ct)
     assert info["variant"] == 1
-    assert info["archs"] == "120"
+    # nvcc's own __CUDA_ARCH_LIST__: sm_120a alone, also in the dependency that sets 80 and 90
+    assert (info["archs"], info["comm_archs"]) == ("1200", 1200)
     assert info["nvcc_threads"] == 1
-    assert (info["below_sm90"], info["fa3"]) == ("OFF", "OFF")
+    assert info["below_sm90"] == "OFF"
+    assert info["numa_nodes"] >= 1  # the dependency that needs numa.h links libnuma
+    assert (info["copies"], info["libraries"]) == (["sm100"], [])  # no sm90 copy, FA3, MLA
+    configured = json.loads(sh(ct, f"cat {WORK}/configured.json"))
+    assert configured["per_arch"] == {"sm_120a": 5}, configured  # 4 own sources + the dependency
+    assert (configured["nvcc_commands"], configured["problems"]) == (5, [])
+    left_out = stamp(ct)["inputs"]["source"]["left_out"]
+    assert sorted(left_out) == ["common_ops_sm90_build", "fixture_mla_ops", "flash_ops"]
+    no_fa3 = sh(ct, f"{VENV}/bin/python -c 'import sgl_kernel.flash_attn' 2>&1", check=False)
+    assert "ImportError: FA3 (flash_ops) is not part of this sgl_kernel build" in no_fa3
     assert stamp(ct)["version"] == "0.0.1"
+
+
+def test_a_configured_build_for_another_architecture_stops_before_compiling(ct):
+    before = sh(ct, f"md5sum {STAMP}")
+    # CMAKE_CUDA_FLAGS reaches every nvcc command: the check names it and nothing compiles
+    result = ct.run_playbook(
+        PLAYBOOK,
+        extra_vars=fixture_vars(
+            sglang_kernel_extra_cmake_args=[
+                "-DCMAKE_CUDA_FLAGS=-gencode=arch=compute_90,code=sm_90"
+            ]
+        ),
+    )
+    assert result.rc != 0, str(result)
+    log = sh(ct, f"cat {WORK}/build.log")
+    assert "5 nvcc commands build architectures that were not asked for; nothing compiled" in log
+    assert f"sm_90 (allowed: sm_120a); look at {WORK}/build/CMakeCache.txt:" in log
+    assert "Building CUDA object" not in log
+    assert sh(ct, f"md5sum {STAMP}") == before
 
 
 def test_rerun_skips_the_build(ct):

@@ -40,6 +40,14 @@ def test_cap_over_machine_shapes(cpus, mem_gib, threads, expected):
     assert caps.build_job_cap(cpus, mem_gib * GIB, 4, threads, 4) == expected
 
 
+def test_threads_beyond_the_architectures_take_no_memory():
+    # SM120 only: --threads 4 runs one device compile, as --threads 1 does (docs/build-caps.md)
+    assert caps.build_job_cap(128, 256 * GIB, 4, 4, 4, archs=1) == 63
+    assert caps.build_job_cap(128, 256 * GIB, 4, 4, 4, archs=2) == 31
+    assert caps.build_job_cap(128, 256 * GIB, 4, 4, 4) == 15
+    assert caps.build_job_cap_explain(128, 256 * GIB, 4, 4, 4, archs=1)["jobs_by_memory"] == 63
+
+
 def test_docs_table_matches_formula():
     """Every row of the table in docs/build-caps.md is what the function returns."""
     text = (ROOT / "docs" / "build-caps.md").read_text()

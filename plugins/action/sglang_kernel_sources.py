@@ -1,0 +1,360 @@
+# Copyright: sglang-lxc contributors
+# Apache-2.0
+"""Bring sgl-kernel's sources into the controller's source cache, offline from then on.
+
+On the controller, once per source tree:
+
+1. a build copy of the tree (``<cache>/build-copies/<tree>-<transformation>``), made by the
+   SM120-only transformation (plugins/module_utils/sgl_kernel_archs.py); the tree itself stays
+   as it was fetched;
+2. every FetchContent pin the build copy still reads (plugins/module_utils/sgl_kernel_cmake.py),
+   and the pins of the dependencies it builds with add_subdirectory (mscclpp's json, nanobind,
+   dlpack), each exported at its commit into ``<cache>/deps/<name>-<ref>``. A pin whose folder
+   is missing is fetched through git, with ``sglang_kernel_git_url_rewrites`` as git's
+   ``url.<base>.insteadOf`` (a mirror); one that still cannot be had fails the task before any
+   build, naming the repository, the commit and the folder to fill;
+3. an archive of the build copy and one per dependency (``<cache>/archives``), unpacked on the
+   target, and the CMake arguments that point FetchContent at them
+   (``FETCHCONTENT_SOURCE_DIR_<NAME>``, ``FETCHCONTENT_FULLY_DISCONNECTED=ON``).
+
+The logic is in functions, unit-tested in tests/unit/sglang/test_kernel_sources.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+REPO = Path(__file__).resolve().parents[2]
+UTILS = REPO / "plugins" / "module_utils"
+
+
+def _load_by_path(name: str, path: Path):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_cmake = _load_by_path("sgl_kernel_cmake", UTILS / "sgl_kernel_cmake.py")
+_git = _load_by_path("sglang_lxc_filter_git_rewrites", REPO / "plugins/filter/git_rewrites.py")
+_archs = _load_by_path("sgl_kernel_archs", UTILS / "sgl_kernel_archs.py")
+CHECK_SCRIPT = UTILS / "sgl_kernel_configured.py"
+SKIP_TOP = ("build", "dist", ".git")
+MAX_DEPTH = 3
+
+
+def transformation_id(archs: list, options_off: list) -> str:
+    """Changes with the asked architectures, the options and the transformation's own code."""
+    digest = hashlib.sha1()
+    for path in (UTILS / "sgl_kernel_archs.py", UTILS / "sgl_kernel_cmake.py"):
+        digest.update(path.read_bytes())
+    digest.update(json.dumps([list(map(str, archs)), sorted(options_off)]).encode())
+    return digest.hexdigest()[:12]
+
+
+def options_off(cmake_args: list) -> list[str]:
+    """Names the role passes as -D<NAME>=OFF."""
+    out = []
+    for arg in cmake_args:
+        arg = str(arg)
+        if arg.startswith("-D") and "=" in arg:
+            name, value = arg[2:].split("=", 1)
+            if value.upper() in ("OFF", "FALSE", "0", "NO"):
+                out.append(name.split(":")[0])
+    return out
+
+
+def make_build_copy(tree: str, dest: str, archs: list, off: list) -> dict:
+    """Copy the tree to dest (aside, then renamed) and transform it; the record is kept there."""
+    record_file = os.path.join(dest, ".sglang-lxc-transform.json")
+    if os.path.isfile(record_file):
+        with open(record_file, encoding="utf-8") as handle:
+            return json.load(handle)
+    partial = f"{dest}.{os.getpid()}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(
+        tree,
+        partial,
+        symlinks=True,
+        ignore=lambda d, names: [n for n in names if d == tree and n in SKIP_TOP],
+    )
+    try:
+        record = _archs.transform(partial, archs, off)
+    except Exception:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    with open(os.path.join(partial, ".sglang-lxc-transform.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(partial, dest)
+    return record
+
+
+def dep_folder(cache: str, pin) -> str:
+    _, ref = pin.git
+    return os.path.join(
+        cache, "deps", f"{_cmake.safe_name(pin.name)}-{_cmake.safe_name(ref or pin.url)}"
+    )
+
+
+def mirror_folder(cache: str, repository: str) -> str:
+    name = repository.split("://", 1)[-1].removesuffix(".git").strip("/")
+    return os.path.join(cache, "git", _cmake.safe_name(name) + ".git")
+
+
+def _last_error(done: subprocess.CompletedProcess) -> str:
+    """git's own reason: its first 'fatal:' line, else its last line."""
+    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if ln.startswith("fatal:")]
+    return (fatal or lines or [f"git exited with {done.returncode}"])[0]
+
+
+def fetch_dep(cache: str, pin, env: dict, run=subprocess.run) -> str:
+    """Export the pin's commit into its cache folder; returns "" or the reason it failed."""
+    repository, ref = pin.git
+    folder = dep_folder(cache, pin)
+    if not repository:
+        return f"{pin.url} is not a git repository the role can clone"
+    mirror = mirror_folder(cache, repository)
+    full_env = {**os.environ, **env}
+
+    def git(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+        return run(
+            ["git", *args],
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+        )
+
+    if not os.path.isdir(mirror):
+        os.makedirs(os.path.dirname(mirror), exist_ok=True)
+        done = git("init", "--quiet", "--bare", mirror)
+        if done.returncode != 0:
+            return _last_error(done)
+    # only the pinned commit (or tag), not the repository's history
+    fetched = git("-C", mirror, "fetch", "--quiet", "--depth", "1", repository, ref)
+    if fetched.returncode != 0:
+        return _last_error(fetched)
+    found = git("-C", mirror, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
+    if found.returncode != 0:
+        return f"{ref} fetched from {repository} is not a commit"
+    partial = f"{folder}.{os.getpid()}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    archive = git(
+        "-C", mirror, "archive", "--format=tar", "-o", partial + ".tar", found.stdout.strip()
+    )
+    if archive.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        return archive.stderr.strip() or "git archive failed"
+    with tarfile.open(partial + ".tar") as tar:
+        tar.extractall(partial, filter="data")
+    os.unlink(partial + ".tar")
+    with open(os.path.join(partial, ".sglang-lxc-pin"), "w", encoding="utf-8") as handle:
+        handle.write(f"{repository} {ref} {found.stdout.strip()}\n")
+    os.rename(partial, folder)
+    return ""
+
+
+def collect(build_copy: str, cache: str, env: dict, fetch: bool, fetcher=fetch_dep) -> dict:
+    """Every pin the build reads, recursively through add_subdirectory dependencies."""
+    deps: list[dict] = []
+    missing: list[dict] = []
+    queue = [(build_copy, _cmake.build_files(build_copy), "", 0)]
+    seen: set[str] = set()
+    while queue:
+        root, files, parent, depth = queue.pop(0)
+        for pin in _cmake.read_pins(root, files, parent=parent):
+            if pin.name.lower() in seen:
+                continue
+            seen.add(pin.name.lower())
+            repository, ref = pin.git
+            folder = dep_folder(cache, pin)
+            entry = {
+                "name": pin.name,
+                "cmake_name": pin.cmake_name,
+                "repository": repository or pin.url,
+                "ref": ref,
+                "where": pin.where(),
+                "folder": folder,
+                "subdirectory": pin.subdirectory,
+            }
+            error = ""
+            if not os.path.isdir(folder) and fetch:
+                error = fetcher(cache, pin, env)
+            if not os.path.isdir(folder):
+                entry["error"] = error or "not fetched (check mode)"
+                missing.append(entry)
+                continue
+            marker = os.path.join(folder, ".sglang-lxc-pin")
+            if not os.path.exists(marker):  # filled by hand: say so in the folder the target gets
+                with open(marker, "w", encoding="utf-8") as handle:
+                    handle.write(f"{repository or pin.url} {ref} filled-by-hand\n")
+            deps.append(entry)
+            if pin.subdirectory and depth < MAX_DEPTH:
+                queue.append((folder, _cmake.cmake_files(folder), pin.name, depth + 1))
+    return {"deps": deps, "missing": missing}
+
+
+def missing_message(missing: list[dict]) -> str:
+    what = "dependency is" if len(missing) == 1 else "dependencies are"
+    lines = [
+        f"sgl-kernel: {len(missing)} FetchContent {what} not in the controller's source cache "
+        "and could not be fetched; nothing was built:"
+    ]
+    for m in missing:
+        lines.append(
+            f"- {m['name']} ({m['where']}): {m['repository']} at {m['ref']}: {m['error']}. Fill "
+            f"{m['folder']} with the files of that commit (git archive), or make the repository "
+            "reachable (sglang_kernel_git_url_rewrites: a mirror as git's url.<base>.insteadOf)."
+        )
+    return "\n".join(lines)
+
+
+def transform_args(record: dict, src: str) -> list[str]:
+    """The build copy's CMake arguments (our helper's include, the asked architectures)."""
+    out = []
+    for name, value in sorted((record.get("cmake_args") or {}).items()):
+        if name == "CMAKE_PROJECT_TOP_LEVEL_INCLUDES":
+            value = f"{src}/{value}"
+        out.append(f"-D{name}={value}")
+    return out
+
+
+def pack(folder: str, archive: str) -> None:
+    """tar.gz of a folder, written aside and renamed (once per name)."""
+    if os.path.isfile(archive):
+        return
+    os.makedirs(os.path.dirname(archive), exist_ok=True)
+    partial = f"{archive}.{os.getpid()}.partial"
+    with tarfile.open(partial, "w:gz", compresslevel=1) as tar:
+        for name in sorted(os.listdir(folder)):
+            if name in SKIP_TOP:
+                continue
+            tar.add(os.path.join(folder, name), arcname=name)
+    os.rename(partial, archive)
+
+
+ARGS = {
+    "source_tree": None,
+    "cache_dir": None,
+    "work_dir": None,
+    "cuda_archs": None,
+    "cmake_args": [],
+    "git_url_rewrites": {},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGS)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        given = dict(self._task.args)
+        missing = [k for k, v in ARGS.items() if v is None and not given.get(k)]
+        if missing:
+            raise AnsibleActionFail(
+                f"sglang_kernel_sources: missing arguments {', '.join(missing)}"
+            )
+        args = {**ARGS, **given}
+        tree = os.path.expanduser(str(args["source_tree"])).rstrip("/")
+        cache = os.path.expanduser(str(args["cache_dir"]))
+        work = str(args["work_dir"]).rstrip("/")
+        check_mode = bool(self._task.check_mode)
+        if not os.path.isfile(os.path.join(tree, "CMakeLists.txt")):
+            if check_mode:
+                result.update(changed=False, skipped_reason=f"{tree} is not there yet (check mode)")
+                return result
+            raise AnsibleActionFail(f"sgl-kernel source: no CMakeLists.txt in {tree}")
+        archs = [str(a) for a in args["cuda_archs"]]
+        off = options_off(args["cmake_args"])
+        from_plan = _load_by_path(
+            "sglang_lxc_action_kernel_plan", REPO / "plugins/action/sglang_kernel_plan.py"
+        )
+        content = from_plan.folder_tree_id(tree)
+        build_copy = os.path.join(
+            cache, "build-copies", f"{content[:16]}-{transformation_id(archs, off)}"
+        )
+        changed = not os.path.isdir(build_copy)
+        try:
+            record = (
+                make_build_copy(tree, build_copy, archs, off)
+                if not check_mode or not changed
+                else {}
+            )
+        except (_archs.TransformError, _cmake.CMakeReadError) as exc:
+            raise AnsibleActionFail(f"sgl-kernel SM120-only transformation: {exc}") from exc
+        if check_mode and changed:
+            result.update(
+                changed=True, build_copy=build_copy, deps=[], cmake_args=[], msg="check mode"
+            )
+            return result
+        env = _git.git_url_rewrite_env(args["git_url_rewrites"])
+        try:
+            found = collect(build_copy, cache, env, fetch=not check_mode)
+        except _cmake.CMakeReadError as exc:
+            raise AnsibleActionFail(f"sgl-kernel source: {exc}") from exc
+        if found["missing"]:
+            if check_mode:
+                result.update(
+                    changed=True,
+                    missing=found["missing"],
+                    build_copy=build_copy,
+                    deps=[],
+                    cmake_args=[],
+                )
+                return result
+            raise AnsibleActionFail(
+                missing_message(found["missing"]), result={"missing": found["missing"]}
+            )
+        archives = os.path.join(cache, "archives")
+        copy_archive = os.path.join(archives, f"sgl-kernel-{os.path.basename(build_copy)}.tar.gz")
+        if not check_mode:
+            pack(build_copy, copy_archive)
+        folders = {}
+        for dep in found["deps"]:
+            base = os.path.basename(dep["folder"])
+            dep["archive"] = os.path.join(archives, f"dep-{base}.tar.gz")
+            dep["target"] = f"{work}/deps/{base}"
+            folders[dep["name"]] = dep["target"]
+            if not check_mode:
+                pack(dep["folder"], dep["archive"])
+        allow = record.get("archs", [])
+        result.update(
+            changed=changed,
+            tree=content,
+            build_copy=build_copy,
+            archive=copy_archive,
+            transform=record,
+            deps=found["deps"],
+            cmake_args=_cmake.fetchcontent_args(folders) + transform_args(record, f"{work}/src"),
+            check_script=str(CHECK_SCRIPT),
+            check_args=" ".join(
+                [f"--allow {a}" for a in allow] + [f"--search {work}/src", f"--search {work}/deps"]
+            ),
+            source_info={
+                "transform": transformation_id(archs, off),
+                "deps": {d["name"]: d["ref"] for d in found["deps"]},
+                "left_out": [t["target"] for t in record.get("left_out", [])],
+            },
+        )
+        return result
