@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Read what validation needs from a Proxmox node, in one round trip, changing nothing.
 # Called as: bash -c "$(cat node_state.sh)" node_state PCT TEMPLATE_DIR CONFIG_DIR
 # Each section starts with "## <title>". The containers' configs are read from CONFIG_DIR
@@ -8,7 +9,7 @@ templates="$2"
 configs="$3"
 echo "## nproc"; nproc
 echo "## meminfo"; grep '^MemTotal:' /proc/meminfo
-echo "## gpus"; ls /dev | grep -E '^nvidia[0-9]+$' || true
+echo "## gpus"; for dev in /dev/nvidia[0-9]*; do [ -e "$dev" ] && echo "${dev#/dev/}"; done
 echo "## addresses"; ip -o -4 addr show 2>/dev/null || true
 echo "## templates"; ls -1 "$templates" 2>/dev/null || true
 # The containers of this node: the config files in CONFIG_DIR (on Proxmox /etc/pve/lxc holds

@@ -271,7 +271,7 @@ class ActionModule(ActionBase):
         while True:
             time.sleep(min(poll, max(1, timeout)))
             res = self._sh(poll_cmd)
-            status, _, tail = res.get("stdout", "").partition("@@SGLK@@")
+            status, _mark, tail = res.get("stdout", "").partition("@@SGLK@@")
             status = status.strip()
             elapsed = time.monotonic() - start
             if status and status != "RUNNING":

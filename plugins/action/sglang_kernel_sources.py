@@ -5,9 +5,9 @@
 On the controller, once per source tree:
 
 1. a build copy of the tree (``<cache>/build-copies/<tree>-<transformation>``), made by the
-   SM120-only transformation (plugins/module_utils/sgl_kernel_archs.py); the tree itself stays
+   SM120-only transformation (plugins/plugin_utils/sgl_kernel_archs.py); the tree itself stays
    as it was fetched;
-2. every FetchContent pin the build copy still reads (plugins/module_utils/sgl_kernel_cmake.py),
+2. every FetchContent pin the build copy still reads (plugins/plugin_utils/sgl_kernel_cmake.py),
    and the pins of the dependencies it builds with add_subdirectory (mscclpp's json, nanobind,
    dlpack), each exported at its commit into ``<cache>/deps/<name>-<ref>``. A pin whose folder
    is missing is fetched through git, with ``sglang_kernel_git_url_rewrites`` as git's
@@ -23,36 +23,22 @@ The logic is in functions, unit-tested in tests/unit/sglang/test_kernel_sources.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.sglang_lxc.serving.plugins.filter import git_rewrites as _git
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_archs as _archs
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cmake as _cmake
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.source_tree import folder_tree_id
 
-REPO = Path(__file__).resolve().parents[2]
-UTILS = REPO / "plugins" / "module_utils"
-
-
-def _load_by_path(name: str, path: Path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_cmake = _load_by_path("sgl_kernel_cmake", UTILS / "sgl_kernel_cmake.py")
-_git = _load_by_path("sglang_lxc_filter_git_rewrites", REPO / "plugins/filter/git_rewrites.py")
-_archs = _load_by_path("sgl_kernel_archs", UTILS / "sgl_kernel_archs.py")
-CHECK_SCRIPT = UTILS / "sgl_kernel_configured.py"
+# What a build copy's name depends on: the transformation's own code.
+TRANSFORMATION_CODE = (Path(_archs.__file__), Path(_cmake.__file__))
 SKIP_TOP = ("build", "dist", ".git")
 MAX_DEPTH = 3
 
@@ -60,7 +46,7 @@ MAX_DEPTH = 3
 def transformation_id(archs: list, options_off: list) -> str:
     """Changes with the asked architectures, the options and the transformation's own code."""
     digest = hashlib.sha1()
-    for path in (UTILS / "sgl_kernel_archs.py", UTILS / "sgl_kernel_cmake.py"):
+    for path in TRANSFORMATION_CODE:
         digest.update(path.read_bytes())
     digest.update(json.dumps([list(map(str, archs)), sorted(options_off)]).encode())
     return digest.hexdigest()[:12]
@@ -105,7 +91,7 @@ def make_build_copy(tree: str, dest: str, archs: list, off: list) -> dict:
 
 
 def dep_folder(cache: str, pin) -> str:
-    _, ref = pin.git
+    _url, ref = pin.git
     return os.path.join(
         cache, "deps", f"{_cmake.safe_name(pin.name)}-{_cmake.safe_name(ref or pin.url)}"
     )
@@ -287,10 +273,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"sgl-kernel source: no CMakeLists.txt in {tree}")
         archs = [str(a) for a in args["cuda_archs"]]
         off = options_off(args["cmake_args"])
-        from_plan = _load_by_path(
-            "sglang_lxc_action_kernel_plan", REPO / "plugins/action/sglang_kernel_plan.py"
-        )
-        content = from_plan.folder_tree_id(tree)
+        content = folder_tree_id(tree)
         build_copy = os.path.join(
             cache, "build-copies", f"{content[:16]}-{transformation_id(archs, off)}"
         )
@@ -347,7 +330,6 @@ class ActionModule(ActionBase):
             transform=record,
             deps=found["deps"],
             cmake_args=_cmake.fetchcontent_args(folders) + transform_args(record, f"{work}/src"),
-            check_script=str(CHECK_SCRIPT),
             check_args=" ".join(
                 [f"--allow {a}" for a in allow] + [f"--search {work}/src", f"--search {work}/deps"]
             ),

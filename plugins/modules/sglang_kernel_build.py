@@ -48,8 +48,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reports that a build would run; starts nothing.
-author: sglang-lxc
+    description: Reports that a build would run; starts nothing.
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -5,12 +5,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
-
 DOCUMENTATION = r"""
 ---
 module: sglang_kernel_probe
@@ -41,7 +35,8 @@ options:
     description: File naming the source tree the target holds.
     type: path
     required: true
-author: sglang-lxc
+author:
+  - sglang-lxc contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -78,6 +73,12 @@ source_tree:
   type: str
   returned: always
 """
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
 
 # The venv's own interpreter answers; a missing venv gives nulls.
 VENV_QUERY = """

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Managed by Ansible (role sglang): builds a wheel aside, never touches the venv.
 # Inputs (environment): SGLK_PYTHON, SGLK_SRC, SGLK_WORK, optional SGLK_CUDA_ENV, SGLK_CONFIG_ID,
 # SGLK_CUDA_LIBS (the venv's nvidia/cu13 folder), SGLK_CHECK and SGLK_CHECK_ARGS (the check of

@@ -123,7 +123,8 @@ def test_lab_without_gpu_skips_serving(ct):
     # tests/infra reads
     changed_tasks = re.findall(r"TASK \[([^\]]+)\] \*+\nchanged:", result.output)
     assert changed_tasks, result.output
-    assert all(t.startswith("sglang_lxc.serving.deploy_record :") for t in changed_tasks), changed_tasks
+    assert all(t.startswith("sglang_lxc.serving.deploy_record :")
+               for t in changed_tasks), changed_tasks
     record = json.loads(sh(ct, "cat /etc/sglang/deployed/sglang_serve.json"))
     assert (record["status"], record["reason"]) == ("skipped", "no GPU"), record
     again = ct.run_playbook(SERVE)

@@ -1,9 +1,9 @@
 """The SM120-only transformation of sgl-kernel's build copy and the check of the configured build
-(plugins/module_utils/sgl_kernel_archs.py, sgl_kernel_cmake.py, sgl_kernel_configured.py), on
-tests/fixtures/sgl_kernel_fixture, which keeps the real tree's traits. A transformation that
-stops removing a gencode, the FA3 override or a left-out target fails here in seconds;
-tests/integration/sglang/test_kernel_build_lab.py configures and builds the result with CMake and
-nvcc, and checks the generated build.
+(plugins/plugin_utils/sgl_kernel_archs.py and sgl_kernel_cmake.py; the check is the role's
+roles/sglang/files/sgl_kernel_configured.py), on tests/fixtures/sgl_kernel_fixture, which keeps
+the real tree's traits. A transformation that stops removing a gencode, the FA3 override or a
+left-out target fails here in seconds; tests/integration/sglang/test_kernel_build_lab.py
+configures and builds the result with CMake and nvcc, and checks the generated build.
 """
 
 from __future__ import annotations
@@ -11,17 +11,16 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_archs as archs
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cmake as cmake
 
-from tests.loaders import ROOT
+from tests.loaders import ROOT, load_file
 
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-import sgl_kernel_archs as archs
-import sgl_kernel_cmake as cmake
-import sgl_kernel_configured as configured
+configured = load_file("sgl_kernel_configured",
+                       ROOT / "roles/sglang/files/sgl_kernel_configured.py")
 
 FIXTURE = ROOT / "tests" / "fixtures" / "sgl_kernel_fixture"
 OFF = ["ENABLE_BELOW_SM90", "SGL_KERNEL_ENABLE_FA3", "MSCCLPP_BUILD_PYTHON_BINDINGS"]

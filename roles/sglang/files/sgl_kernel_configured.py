@@ -45,7 +45,7 @@ def parse_ninja(text: str) -> tuple[dict[str, str], list[dict]]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if line.startswith((" ", "\t")):
-            key, _, value = line.strip().partition("=")
+            key, _eq, value = line.strip().partition("=")
             key, value = key.strip(), value.strip()
             if rule_name is not None and key == "command":
                 rules[rule_name] = value
@@ -56,9 +56,9 @@ def parse_ninja(text: str) -> tuple[dict[str, str], list[dict]]:
         if line.startswith("rule "):
             rule_name = line[5:].strip()
         elif line.startswith("build "):
-            head, _, rest = line[6:].partition(": ")
+            head, _sep, rest = line[6:].partition(": ")
             if not rest:  # an output path holding ': ' is escaped as '$:'
-                head, _, rest = line[6:].partition(":")
+                head, _sep, rest = line[6:].partition(":")
             outputs = head.split("|")[0].split()
             rule = rest.split()[0] if rest.split() else ""
             ins = rest.split()[1:]
@@ -178,7 +178,7 @@ def check(build_dir: str, allow: list[str], search: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--allow", action="append", default=[], help="e.g. sm_120a")
     parser.add_argument("--search", action="append", default=[], help="CMake source folders")

@@ -112,7 +112,7 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
     # 1. flag variables and their gencodes
     flag_vars: dict[str, list[tuple[str, Command]]] = {}  # var -> [(file, set/list command)]
     available: dict[str, tuple[str, int]] = {}
-    for rel, (_, cmds) in parsed.items():
+    for rel, (_text, cmds) in parsed.items():
         for cmd in cmds:
             values = cmd.values()
             if cmd.name == "set" and values:
@@ -153,14 +153,14 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
 
     # 2. targets, their flag variables, their files
     targets: dict[str, dict] = {}
-    for rel, (_, cmds) in parsed.items():
+    for rel, (_text, cmds) in parsed.items():
         for cmd in cmds:
             values = cmd.values()
             if cmd.name in TARGET_COMMANDS and values:
                 targets.setdefault(
                     values[0], {"file": rel, "line": cmd.line, "vars": set(), "out": ""}
                 )
-    for _, cmds in parsed.values():
+    for _text, cmds in parsed.values():
         for cmd in cmds:
             values = cmd.values()
             if not values or values[0] not in targets:
@@ -175,7 +175,7 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
     def var_archs(var: str) -> set[str]:
         return {
             GENCODE.match(a.value).group("arch")
-            for _, cmd in flag_vars[var]
+            for _line, cmd in flag_vars[var]
             for a in cmd.args
             if GENCODE.match(a.value)
         }
@@ -199,7 +199,7 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
     record_edits: list[dict] = []
     commented: dict[str, list[Command]] = {rel: [] for rel in parsed}
     first_set: set[str] = set()
-    for rel, (_, cmds) in parsed.items():
+    for rel, (_text, cmds) in parsed.items():
         for cmd in cmds:
             values = cmd.values()
             # flag lists of kept targets
@@ -272,7 +272,7 @@ def transform(root: str, archs: list[str], options_off: list[str] = ()) -> dict:
         rel for rel, names in defined_in.items()
         if rel != "CMakeLists.txt" and names and names <= set(left_out)
     ]  # fmt: skip
-    for rel, (_, cmds) in parsed.items():
+    for rel, (_text, cmds) in parsed.items():
         for cmd in cmds:
             if cmd.name == "include" and cmd.args:
                 base = os.path.basename(cmd.args[0].value)
