@@ -38,6 +38,7 @@ def run(play: Path, extra: dict) -> subprocess.CompletedProcess:
     base = {
         "sglang_venv": str(play / "venv"),
         "sglang_stack_enabled": False,
+        "sglang_kernel_from_source": True,
         "sglang_cuda_env_file": "",
         "sglang_kernel_source_dir": str(FIXTURE),
         "sglang_kernel_source_subdir": "",
