@@ -13,8 +13,6 @@ import time
 import pytest
 from gpu_device_helpers import ROOT, start_holder, stop, used_mib, wait_for_line
 
-from tests.loaders import load_file
-
 pytestmark = pytest.mark.gpu
 
 HOLD_MIB = 2048
@@ -77,10 +75,10 @@ def test_gpu_drain_stops_a_torch_process_and_nvml_shows_the_memory_released():
 
 
 def test_readiness_sees_gpu_memory_progress_from_a_loading_stand_in():
-    readiness = load_file(
-        "sglang_readiness", ROOT / "plugins/modules/sglang_readiness.py"
-    )
-    nvml = readiness.Nvml()
+    from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_unit_probes
+    from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_readiness as readiness
+
+    nvml = sglang_unit_probes.Nvml()
     assert nvml.lib is not None, "libnvidia-ml.so.1 did not load through ctypes"
     holder = start_holder(256, 6, 1.0)  # 256 MiB a second: weights arriving
     record, states, readings = None, [], []

@@ -11,7 +11,9 @@ import sys
 import time
 
 import pytest
-from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_release_fs as release_fs,
+)
 from ansible_collections.sglang_lxc.serving.plugins.modules import wheelhouse_verify as verify_mod
 
 
@@ -62,17 +64,17 @@ def test_lock_waits_then_names_its_holder(tmp_path):
                 break
             subprocess.run(["sleep", "0.1"], check=True)
         with pytest.raises(TimeoutError) as err:
-            release.Lock(str(path)).acquire(1)
+            release_fs.Lock(str(path)).acquire(1)
         assert "held by pid " in str(err.value) and "sleep 30" in str(err.value)
     finally:
         os.killpg(holder.pid, 9)
         holder.wait()
-    lock = release.Lock(str(path))
+    lock = release_fs.Lock(str(path))
     assert lock.acquire(5) < 5
     assert f"pid {os.getpid()}" in path.read_text()
     # the descriptor is inherited by the installer, so an orphaned installer keeps the lock
     assert os.get_inheritable(lock.fd)
-    child = release.run([sys.executable, "-c", "import time; time.sleep(0.1)"], 10, lock.fd)
+    child = release_fs.run([sys.executable, "-c", "import time; time.sleep(0.1)"], 10, lock.fd)
     assert child[0] == 0
     other = os.open(path, os.O_RDWR)
     with pytest.raises(BlockingIOError):
@@ -84,22 +86,22 @@ def test_switch_link_is_one_rename_of_a_relative_symlink(tmp_path):
     (tmp_path / "venvs" / "r1").mkdir(parents=True)
     (tmp_path / "venvs" / "r2").mkdir()
     link = tmp_path / "venv"
-    release.switch_link(str(link), str(tmp_path / "venvs" / "r1"))
+    release_fs.switch_link(str(link), str(tmp_path / "venvs" / "r1"))
     assert os.readlink(link) == "venvs/r1"
     inode = os.lstat(link).st_ino
-    release.switch_link(str(link), str(tmp_path / "venvs" / "r2"))
+    release_fs.switch_link(str(link), str(tmp_path / "venvs" / "r2"))
     assert os.readlink(link) == "venvs/r2"
     assert os.lstat(link).st_ino != inode  # a new link renamed over the old one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv", "venvs"]  # no temp left
 
 
 def test_timeout_stops_the_whole_process_group(tmp_path):
-    lock = release.Lock(str(tmp_path / "l"))
+    lock = release_fs.Lock(str(tmp_path / "l"))
     lock.acquire(1)
     marker = tmp_path / "grandchild-alive"
     code = (f"import subprocess, time; subprocess.Popen(['sh', '-c', 'sleep 3; touch {marker}']);"
             " time.sleep(60)")
-    rc, _, timed_out = release.run([sys.executable, "-c", code], 1, lock.fd)
+    rc, _, timed_out = release_fs.run([sys.executable, "-c", code], 1, lock.fd)
     assert timed_out and rc == -9
     subprocess.run(["sleep", "3.5"], check=True)
     assert not marker.exists()
@@ -123,7 +125,7 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
 def test_failure_messages_say_what_broke_and_where(tmp_path, out, expected):
     ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/", "need": 10**10,
            "timeout": 5, "wheel_dir": "/w"}
-    msg = release.classify(out, 1, False, ctx)
+    msg = release_fs.classify(out, 1, False, ctx)
     assert expected in msg
     assert "current venv is unchanged" in msg
     if "space" in expected:
@@ -134,7 +136,7 @@ def test_failure_messages_say_what_broke_and_where(tmp_path, out, expected):
 def test_timeout_message_names_the_variable(tmp_path):
     ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/", "need": 0,
            "timeout": 5, "wheel_dir": "/w"}
-    assert "sglang_stack_install_timeout" in release.classify("", -9, True, ctx)
+    assert "sglang_stack_install_timeout" in release_fs.classify("", -9, True, ctx)
 
 
 def test_a_failure_on_a_full_filesystem_says_so_without_errno_28(tmp_path):
@@ -142,7 +144,7 @@ def test_a_failure_on_a_full_filesystem_says_so_without_errno_28(tmp_path):
     ctx = {"release_dir": "/r", "releases_dir": str(tmp_path), "mount": "/opt/sglang", "need": 0,
            "timeout": 5, "wheel_dir": "/w", "free_at_failure": 4096}
     out = "Error: Command '[..., 'ensurepip', '--upgrade']' returned non-zero exit status 1."
-    assert release.classify(out, 1, False, ctx).startswith("no space left on /opt/sglang (")
+    assert release_fs.classify(out, 1, False, ctx).startswith("no space left on /opt/sglang (")
 
 
 def test_verify_rehashes_a_same_size_same_mtime_rewrite_on_a_warm_cache(tmp_path):

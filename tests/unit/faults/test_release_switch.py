@@ -19,6 +19,9 @@ import zipfile
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_release_fs as release_fs,
+)
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack as stack
 from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
@@ -181,7 +184,7 @@ def test_a_full_disk_while_the_marker_is_written_is_named_and_the_release_remove
                               imports=["six", "idna"], install_args=["--no-deps"]), capsys)
     new = str(venvs / "r2")
     assert res["failed"], res
-    assert res["msg"].startswith(f"no space left on {release.mount_point(str(venvs))} ("), res
+    assert res["msg"].startswith(f"no space left on {release_fs.mount_point(str(venvs))} ("), res
     assert (f"while writing the completion marker of {new}; the half-built release {new} was "
             "removed and the current venv is unchanged") in res["msg"]
     assert res["removed"] == [new] and not os.path.lexists(new)
@@ -210,7 +213,7 @@ def test_a_full_disk_after_the_install_is_named_and_the_release_removed(
     ctx = {"release_dir": str(new), "releases_dir": str(venvs), "mount": "/opt/sglang",
            "need": 0, "timeout": 5, "wheel_dir": "/w"}
     result = {"removed": []}
-    lock = release.Lock(str(tmp_path / ".lock"))
+    lock = release_fs.Lock(str(tmp_path / ".lock"))
     with pytest.raises(release.ReleaseFailed) as failed:
         release.finish(p, lock.fd, ctx, result)
     monkeypatch.undo()
@@ -269,7 +272,7 @@ def test_the_free_space_check_asks_for_what_the_link_mode_writes(tmp_path, capsy
     tree(tmp_path, "r1")
     hashes = {"big==1.0": zeros_wheel(wheels, "big", "1.0", 8)}
     # 8 MiB copied x factor is 8 times the free space; 7 blocks linked x factor is under 3 %
-    factor = release.free_bytes(str(tmp_path)) / (1 << 20)
+    factor = release_fs.free_bytes(str(tmp_path)) / (1 << 20)
     base = args(tmp_path, "r2", pins=["big==1.0"], hashes=hashes, imports=[],
                 space_factor=factor, space_overhead_mb=0)
     copy = run_module({**base, "uv_link_mode": "copy"}, capsys)
@@ -280,4 +283,4 @@ def test_the_free_space_check_asks_for_what_the_link_mode_writes(tmp_path, capsy
                       capsys)
     assert "could not take uv out of its wheel" in link["msg"], link
     assert link["need"]["link_mode"] == "symlink" and link["need"]["files"] == 3
-    assert link["need"]["need"] < release.free_bytes(str(tmp_path)) < copy["need"]["need"]
+    assert link["need"]["need"] < release_fs.free_bytes(str(tmp_path)) < copy["need"]["need"]

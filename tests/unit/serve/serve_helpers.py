@@ -1,8 +1,19 @@
-"""Load the sglang_serve pure-logic files by path (they are not a package)."""
+"""The sglang_serve pure-logic files: the filter and the stand-in by path, the readiness module
+and its module_utils from the collection."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_load_progress as load_progress,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_unit_probes as probes,
+)
+from ansible_collections.sglang_lxc.serving.plugins.modules import (
+    sglang_readiness as readiness,
+)
 
 from tests.loaders import load_file
 
@@ -10,5 +21,6 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 serve_filter = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
-readiness = load_file("sglang_readiness", ROOT / "plugins/modules/sglang_readiness.py")
 standin = load_file("sglang_server_standin", ROOT / "tests/standins/sglang_server.py")
+
+__all__ = ["ROOT", "load_progress", "probes", "readiness", "serve_filter", "standin"]

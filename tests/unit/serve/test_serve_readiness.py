@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from serve_helpers import readiness
+from serve_helpers import load_progress, probes, readiness
 
 classify = readiness.classify
 RUNNING = {
@@ -73,7 +73,7 @@ def test_crash_wins():
 
 
 def test_unit_crashed_reasons():
-    crashed = readiness.unit_crashed
+    crashed = probes.unit_crashed
     assert crashed(RUNNING, {"restarts": 0, "invocation": "abc"}) is None
     assert "failed" in crashed({**RUNNING, "ActiveState": "failed"}, None)
     assert "restart" in crashed(
@@ -118,8 +118,8 @@ def test_outcome_and_table():
 
 
 def test_models_listed():
-    assert readiness.models_listed(b'{"data": [{"id": "m"}]}', "m")[0]
-    listed, why = readiness.models_listed(b'{"data": [{"id": "x"}]}', "m")
+    assert probes.models_listed(b'{"data": [{"id": "m"}]}', "m")[0]
+    listed, why = probes.models_listed(b'{"data": [{"id": "x"}]}', "m")
     assert not listed
     assert "not m" in why
 
@@ -281,9 +281,9 @@ def test_shard_lines_of_sglangs_loader():
         "Multi-thread loading shards:  12% Completed | 10/82 [00:09<01:05,  1.1it/s]\r",
         "[2026-12-02 10:00:00] Load weight end.",
     ]
-    assert readiness.shard_progress(lines) == [10, 82]
-    assert readiness.shard_progress(lines[:1]) == [35, 82]
-    assert readiness.shard_progress(["nothing"]) is None
+    assert load_progress.shard_progress(lines) == [10, 82]
+    assert load_progress.shard_progress(lines[:1]) == [35, 82]
+    assert load_progress.shard_progress(["nothing"]) is None
 
 
 def test_weight_files_from_the_index_else_the_folder(tmp_path):
@@ -291,17 +291,17 @@ def test_weight_files_from_the_index_else_the_folder(tmp_path):
     model.mkdir()
     for name, size in (("a.safetensors", 10), ("b.safetensors", 20), ("stale.safetensors", 5)):
         (model / name).write_bytes(b"x" * size)
-    assert len(readiness.weight_files(str(model))) == 3
+    assert len(load_progress.weight_files(str(model))) == 3
     index = {"weight_map": {"w1": "a.safetensors", "w2": "b.safetensors", "w3": "b.safetensors"}}
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    files = readiness.weight_files(str(model))
+    files = load_progress.weight_files(str(model))
     assert [f.rsplit("/", 1)[1] for f in files] == ["a.safetensors", "b.safetensors"]
     draft = tmp_path / "draft"
     draft.mkdir()
     (draft / "model.bin").write_bytes(b"y" * 7)
     instance = {"model_path": str(model),
                 "argv": ["--speculative-draft-model-path", str(draft)]}
-    assert readiness.total_size(readiness.instance_weight_files(instance)) == 37
+    assert load_progress.total_size(load_progress.instance_weight_files(instance)) == 37
 
 
 def test_hybrid_cgroup_hierarchies_are_read(monkeypatch, tmp_path):
@@ -309,8 +309,8 @@ def test_hybrid_cgroup_hierarchies_are_read(monkeypatch, tmp_path):
     root = tmp_path / "systemd"
     (root / "system.slice" / "sglang@gpu0.service").mkdir(parents=True)
     (root / "system.slice" / "sglang@gpu0.service" / "cgroup.procs").write_text("1\n2\n")
-    monkeypatch.setattr(readiness, "CGROUP_ROOTS", (str(tmp_path / "none"), str(root)))
-    assert readiness.cgroup_pids("/system.slice/sglang@gpu0.service") == ["1", "2"]
+    monkeypatch.setattr(probes, "CGROUP_ROOTS", (str(tmp_path / "none"), str(root)))
+    assert probes.cgroup_pids("/system.slice/sglang@gpu0.service") == ["1", "2"]
 
 
 def test_the_rate_starts_when_reads_start():

@@ -1,0 +1,223 @@
+"""What an SGLang instance shows from outside: its systemd unit, journal, cgroup's reads, port,
+HTTP endpoints and GPU memory (module sglang_readiness; unit-tested in
+tests/unit/serve/test_serve_readiness.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import socket
+import subprocess
+from typing import Any
+
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_load_progress import (
+    shard_progress,
+)
+
+
+def unit_crashed(show: dict[str, str], baseline: dict[str, Any] | None) -> str | None:
+    """Why the unit's process counts as gone, or None while it runs."""
+    active = show.get("ActiveState", "")
+    sub = show.get("SubState", "")
+    if active == "failed":
+        return (
+            f"unit failed (result {show.get('Result', '?')}, "
+            f"exit status {show.get('ExecMainStatus', '?')})"
+        )
+    if sub == "auto-restart":
+        return (
+            f"process exited (exit status {show.get('ExecMainStatus', '?')}); "
+            "systemd will restart it"
+        )
+    if active in ("inactive", "deactivating"):
+        return f"unit is {active} (not running)"
+    if active == "active" and show.get("MainPID", "0") in ("0", ""):
+        return "unit is active without a main process"
+    if baseline:
+        if int(show.get("NRestarts", "0") or 0) > int(baseline.get("restarts", 0)):
+            return "process restarted by systemd since the wait began (it crashed)"
+        invocation = show.get("InvocationID", "")
+        if baseline.get("invocation") and invocation and invocation != baseline["invocation"]:
+            return "unit was started again since the wait began"
+    return None
+
+
+class Nvml:
+    """Device memory through libnvidia-ml, when it loads; every failure means 'unknown'."""
+
+    class _Memory(ctypes.Structure):
+        _fields_ = [
+            ("total", ctypes.c_ulonglong),
+            ("free", ctypes.c_ulonglong),
+            ("used", ctypes.c_ulonglong),
+        ]
+
+    def __init__(self) -> None:
+        self.lib = None
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() == 0:
+                self.lib = lib
+        except (OSError, AttributeError):
+            self.lib = None
+
+    def used_mib(self, gpus: list[int]) -> float | None:
+        if self.lib is None:
+            return None
+        total = 0
+        for gpu in gpus:
+            handle = ctypes.c_void_p()
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(gpu, ctypes.byref(handle)) != 0:
+                return None
+            memory = self._Memory()
+            if self.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+                return None
+            total += memory.used
+        return total / (1024 * 1024)
+
+
+SHOW_PROPS = (
+    "ActiveState,SubState,MainPID,NRestarts,InvocationID,Result,ExecMainStatus,ControlGroup"
+)
+
+
+def systemctl_show(unit: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["systemctl", "show", unit, f"--property={SHOW_PROPS}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def journal(unit: str, invocation: str | None, lines: int | None = None) -> list[str]:
+    cmd = ["journalctl", "--no-pager", "-o", "cat", "-q"]
+    if invocation:
+        cmd.append(f"_SYSTEMD_INVOCATION_ID={invocation}")
+    else:
+        cmd.append(f"--unit={unit}")
+    if lines:
+        cmd += ["-n", str(lines)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    return out.splitlines()
+
+
+def journal_tail(unit: str, lines: int) -> list[str]:
+    """Last lines of the unit's journal, systemd's own exit messages included."""
+    out = subprocess.run(
+        ["journalctl", "--no-pager", "-q", "-o", "cat", f"--unit={unit}", "-n", str(lines)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return out.splitlines()
+
+
+# The unit's cgroup: unified hierarchy (cgroup v2), or systemd's own tree on a hybrid/legacy
+# host (cgroup v1, as in LXC containers on such a host).
+CGROUP_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd")
+
+
+def cgroup_pids(control_group: str) -> list[str] | None:
+    if not control_group:
+        return None
+    for root in CGROUP_ROOTS:
+        try:
+            with open(f"{root}{control_group}/cgroup.procs", encoding="ascii") as fh:
+                return fh.read().split()
+        except OSError:
+            continue
+    return None
+
+
+def io_counters(control_group: str) -> tuple[int | None, int | None]:
+    """(read_bytes, rchar) summed over every process of the unit's cgroup (TP workers too):
+    bytes fetched from storage, and bytes read through read calls (page cache hits too)."""
+    pids = cgroup_pids(control_group)
+    if pids is None:
+        return None, None
+    read, chars = 0, 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("read_bytes:"):
+                        read += int(line.split()[1])
+                    elif line.startswith("rchar:"):
+                        chars += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return read, chars
+
+
+def read_bytes(control_group: str) -> int | None:
+    return io_counters(control_group)[0]
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def http_get(host: str, port: int, path: str, api_key: str) -> tuple[int | None, bytes]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    conn = http.client.HTTPConnection(host, port, timeout=3)
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read(1 << 20)
+    except (OSError, http.client.HTTPException):
+        return None, b""
+    finally:
+        conn.close()
+
+
+def models_listed(body: bytes, served: str) -> tuple[bool, str]:
+    try:
+        ids = [m.get("id") for m in json.loads(body or b"{}").get("data", [])]
+    except (ValueError, AttributeError):
+        return False, "/v1/models did not return JSON"
+    if served in ids:
+        return True, f"serves {served}"
+    return False, f"/v1/models lists {ids or 'nothing'}, not {served}"
+
+
+def observe(
+    instance: dict[str, Any], baseline: dict[str, Any] | None, api_key: str, nvml: Nvml
+) -> dict[str, Any]:
+    show = systemctl_show(instance["unit"])
+    obs: dict[str, Any] = {
+        "baseline": {
+            "restarts": int(show.get("NRestarts", "0") or 0),
+            "invocation": show.get("InvocationID", ""),
+        },
+        "active": f"{show.get('ActiveState', '?')}/{show.get('SubState', '?')}",
+    }
+    obs["crash"] = unit_crashed(show, baseline or obs["baseline"])
+    logs = journal(instance["unit"], show.get("InvocationID") or None)
+    obs["log_count"] = len(logs)
+    last = logs[-1].split("\r")[-1].strip() if logs else ""
+    obs["last_log"] = last[-160:]
+    obs["shards"] = shard_progress(logs[-50:])
+    obs["read_bytes"], obs["read_chars"] = io_counters(show.get("ControlGroup", ""))
+    obs["memory_mib"] = nvml.used_mib(instance["gpus"])
+    host, port = instance["probe_host"], int(instance["port"])
+    obs["port_open"] = port_open(host, port)
+    obs["http_status"] = None
+    obs["model_listed"] = False
+    if obs["port_open"]:
+        obs["http_status"], _body = http_get(host, port, "/health", "")
+        if obs["http_status"] == 200:
+            status, body = http_get(host, port, "/v1/models", api_key)
+            if status == 200:
+                obs["model_listed"], obs["models_detail"] = models_listed(
+                    body, instance["served_model_name"]
+                )
+            else:
+                obs["models_detail"] = f"/v1/models answered {status}"
+    return obs
