@@ -22,6 +22,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.sglang_lxc.serving.plugins.filter import build_caps as _caps
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.action_args import task_args
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.source_tree import (
     folder_tree_id,
     git_tree_id,
@@ -186,11 +187,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        given = dict(self._task.args)
-        missing = [k for k, v in ARGS.items() if v is None and not given.get(k)]
-        if missing:
-            raise AnsibleActionFail(f"sglang_kernel_plan: missing arguments {', '.join(missing)}")
-        args = {**ARGS, **given}
+        args = task_args("sglang_kernel_plan", dict(self._task.args), ARGS)
         args["from_git"] = bool(args["from_git"])
         args["cache_dir"] = os.path.expanduser(str(args["cache_dir"]))
         root = os.path.expanduser(str(args["source_root"]))

@@ -35,6 +35,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.sglang_lxc.serving.plugins.filter import git_rewrites as _git
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_archs as _archs
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cmake as _cmake
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.action_args import task_args
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.source_tree import folder_tree_id
 
 # What a build copy's name depends on: the transformation's own code.
@@ -255,13 +256,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        given = dict(self._task.args)
-        missing = [k for k, v in ARGS.items() if v is None and not given.get(k)]
-        if missing:
-            raise AnsibleActionFail(
-                f"sglang_kernel_sources: missing arguments {', '.join(missing)}"
-            )
-        args = {**ARGS, **given}
+        args = task_args("sglang_kernel_sources", dict(self._task.args), ARGS)
         tree = os.path.expanduser(str(args["source_tree"])).rstrip("/")
         cache = os.path.expanduser(str(args["cache_dir"]))
         work = str(args["work_dir"]).rstrip("/")

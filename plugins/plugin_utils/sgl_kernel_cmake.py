@@ -12,6 +12,7 @@ packagers do. Pure Python, no Ansible: unit-tested in tests/unit/sglang/test_ker
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from dataclasses import dataclass, field
@@ -62,6 +63,16 @@ def _bracket_end(text: str, pos: int) -> tuple[int, int] | None:
     return end + len(close), len(m.group(0))
 
 
+def _after_comment(text: str, pos: int) -> int:
+    """Where the comment that starts at ``pos`` (a '#') ends: a bracket comment at its closing
+    bracket, a line comment after its newline."""
+    bracket = _bracket_end(text, pos + 1)
+    if bracket:
+        return bracket[0]
+    nl = text.find("\n", pos)
+    return len(text) if nl < 0 else nl + 1
+
+
 def parse_commands(text: str, filename: str = "<cmake>") -> list[Command]:
     """Every command invocation of a CMake file, in order (comments skipped)."""
     commands: list[Command] = []
@@ -69,14 +80,7 @@ def parse_commands(text: str, filename: str = "<cmake>") -> list[Command]:
     line_starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     def line_of(offset: int) -> int:
-        lo, hi = 0, len(line_starts)
-        while lo + 1 < hi:
-            mid = (lo + hi) // 2
-            if line_starts[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid
-        return lo + 1
+        return bisect.bisect_right(line_starts, offset)
 
     while pos < n:
         c = text[pos]
@@ -84,12 +88,7 @@ def parse_commands(text: str, filename: str = "<cmake>") -> list[Command]:
             pos += 1
             continue
         if c == "#":
-            bracket = _bracket_end(text, pos + 1)
-            if bracket:
-                pos = bracket[0]
-            else:
-                nl = text.find("\n", pos)
-                pos = n if nl < 0 else nl + 1
+            pos = _after_comment(text, pos)
             continue
         m = _IDENT.match(text, pos)
         if not m:
@@ -110,12 +109,7 @@ def parse_commands(text: str, filename: str = "<cmake>") -> list[Command]:
             if c in " \t\r\n":
                 pos += 1
             elif c == "#":
-                bracket = _bracket_end(text, pos + 1)
-                if bracket:
-                    pos = bracket[0]
-                else:
-                    nl = text.find("\n", pos)
-                    pos = n if nl < 0 else nl + 1
+                pos = _after_comment(text, pos)
             elif c == "(":
                 depth += 1
                 args.append(Arg("(", "(", pos, pos + 1, line_of(pos), False))

@@ -13,7 +13,6 @@ import errno
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import zipfile
 
@@ -25,6 +24,8 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack as stack
 from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
+from tests.venvs import make_venv
+
 PINS = ["idna==3.10", "nest-asyncio==1.6.0", "six==1.17.0"]
 MODULES = {"idna": "idna", "nest-asyncio": "nest_asyncio", "six": "six"}
 
@@ -32,12 +33,9 @@ MODULES = {"idna": "idna", "nest-asyncio": "nest_asyncio", "six": "six"}
 def make_release(path, dists: dict[str, str], release: str | None = None, broken: str = ""):
     """A real venv (no pip) holding each distribution's .dist-info and an importable module;
     the module named `broken` raises on import. With `release`, the completion marker."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    make_venv(path, dists)
     site = next(path.glob("lib/python3*/site-packages"))
-    for name, version in dists.items():
-        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    for name in dists:
         module = MODULES[name]
         body = "raise ImportError('damaged')\n" if module == broken else ""
         (site / f"{module}.py").write_text(body)

@@ -18,6 +18,8 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils import uv_tool
 from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_probe as probe_mod
 from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
+from tests.venvs import make_venv
+
 PINS = ["idna==3.10", "Nest_Asyncio==1.6.0", "six==1.17.0"]
 
 
@@ -94,17 +96,6 @@ def test_ensure_uv_checks_the_sha256_then_extracts_once(tmp_path):
     assert changed and subprocess.run([path], capture_output=True, text=True).stdout == "uv 0.0.0\n"
     assert uv_tool.ensure_uv(str(wheel), digest, str(tmp_path / "bin")) == (path, False)
     assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["uv"]  # no temp left
-
-
-def make_venv(path, dists: dict[str, str]):
-    """A real venv (no pip) with hand-made .dist-info folders for the given distributions."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    site = next(path.glob("lib/python3*/site-packages"))
-    for name, version in dists.items():
-        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    return path
 
 
 def release_tree(tmp_path, release: str, dists: dict[str, str], marker: bool = True):
