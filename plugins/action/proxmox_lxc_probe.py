@@ -34,7 +34,8 @@ _INSIDE = (
 )
 BOOTED = ("running", "degraded")
 # concerns, in the order the role converges them
-CONCERNS = ("recreate", "create", "mounts", "config", "passthrough", "start", "boot", "bootstrap")
+CONCERNS = ("recreate", "create", "clone", "mounts", "config", "passthrough", "start", "boot",
+            "bootstrap")
 
 
 def template_file(template: str) -> str:
@@ -64,6 +65,19 @@ def probe_script(containers: list[dict], pct: str, config_dir: str, template_dir
     for path in paths:
         lines.append(f"[ -d {q(path)} ] && printf '%s\\t%s\\n' {q(path)} "
                      f"\"$(stat -c '%a %U' -- {q(path)})\"")
+    # the templates that specs clone from: their configs only (a template never runs)
+    sources = sorted({str(int(ct["clone_from"])) for ct in containers
+                      if ct.get("clone_from") is not None} - {str(int(ct["vmid"]))
+                                                              for ct in containers})
+    for vmid in sources:
+        lines += [
+            f'if [ -r "$configs/{vmid}.conf" ]; then',
+            f"  echo '## config {vmid}'; sed '/^\\[/,$d' \"$configs/{vmid}.conf\"",
+            f'elif out="$("$pct" config {vmid} 2>/dev/null)"; then',
+            f"  echo '## config {vmid}'; printf '%s\\n' \"$out\"",
+            "fi",
+            "unset out",
+        ]
     for vmid in sorted({str(int(ct["vmid"])) for ct in containers}):
         lines += [
             f'if [ -r "$configs/{vmid}.conf" ]; then',
@@ -131,12 +145,42 @@ def node_facts(sections: dict[str, str]) -> dict:
     }
 
 
+def _clone_problems(ct: dict, source: dict | None, host: str) -> list[str]:
+    """The template a container is cloned from is on this node, and is a template."""
+    where = f"proxmox_lxc_containers[{ct['name']}].clone_from"
+    if source is None:
+        return [f"{where}: CT {ct['clone_from']} does not exist on {host} (a template is cloned "
+                "on its own node); make the template there, or name one this node has"]
+    if source.get("options", {}).get("template") != "1":
+        return [f"{where}: CT {ct['clone_from']} on {host} is not a template; make it one "
+                "first (the proxmox_lxc role's template tasks, i.e. `pct template "
+                f"{ct['clone_from']}` after a shutdown)"]
+    return []
+
+
+def clone_config(source: dict, ct: dict) -> dict:
+    """What a fresh clone's config reads like: the template's, with the spec's hostname."""
+    options = {k: v for k, v in source.get("options", {}).items() if k != "template"}
+    options["hostname"] = str(ct["hostname"])
+    return {**source, "options": options}
+
+
 def _node_problems(ct: dict, exists: bool, config: dict, node: dict, host: str,
-                   template_dir: str, recreate: list) -> list[str]:
+                   template_dir: str, recreate: list, source: dict | None = None) -> list[str]:
     """The checks that need the node's state (same messages as the role's asserts had)."""
     problems = []
     name = ct["name"]
-    if (not exists or name in recreate) and template_file(ct["template"]) not in node["templates"]:
+    if config.get("options", {}).get("template") == "1":
+        problems.append(
+            f"proxmox_lxc_containers[{name}].vmid: CT {ct['vmid']} on {host} is a template "
+            "(it cannot be started); give this container another vmid, and clone it from the "
+            f"template with clone_from: {ct['vmid']}")
+        return problems
+    if ct.get("clone_from") is not None:
+        if not exists or name in recreate:
+            problems += _clone_problems(ct, source, host)
+    elif ((not exists or name in recreate)
+          and template_file(ct["template"]) not in node["templates"]):
         tfile = template_file(ct["template"])
         problems.append(
             f"proxmox_lxc_containers[{name}].template: {ct['template']} not found on {host} "
@@ -171,7 +215,10 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
     exists = f"config {vmid}" in sections
     config = _lxc.pve_conf_parse(sections.get(f"config {vmid}", ""))
     inside = parse_inside(sections.get(f"inside {vmid}", ""))
-    problems = _node_problems(ct, exists, config, node, host, template_dir, recreate)
+    cloning = ct.get("clone_from") is not None and (not exists or ct["name"] in recreate)
+    src = f"config {int(ct['clone_from'])}" if cloning else ""
+    source = _lxc.pve_conf_parse(sections[src]) if src in sections else None
+    problems = _node_problems(ct, exists, config, node, host, template_dir, recreate, source)
     gpus = ct.get("gpus") if node["gpu_indexes"] else "none"
     try:
         want_lines = _lxc.nvidia_passthrough(node["devices"], node["nodes"], gpus)
@@ -180,7 +227,9 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
     drift: list[str] = []
     if exists and ct["name"] in recreate:
         drift.append("recreate")
-    if not exists:
+    if cloning:  # created, or recreated, by pct clone
+        drift.append("clone")
+    elif not exists:
         drift.append("create")
     for mount in ct.get("mounts") or []:
         have = node["paths"].get(str(mount["host_path"]))
@@ -223,6 +272,7 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
         "system": inside["system"],
         "address": address,
         "set_args": set_args,
+        "clone_config": clone_config(source, ct) if source else None,
         "drift": sorted(set(drift), key=CONCERNS.index),
         "problems": problems,
         "spec": ct,

@@ -43,6 +43,7 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common
     unknown_variables_by_host,
 )
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_containers import (
+    clone_problems,
     container_problems,
     cross_node_problems,
     parse_node_state,
@@ -123,6 +124,8 @@ class ActionModule(ActionBase):
         problems: list[str] = []
         key_errors: dict[str, str] = {}
         containers_by_name: dict[str, dict] = {}
+        states: dict[str, Any] = {}
+        merged_by_node: dict[str, list] = {}
         ssh_hosts = False
 
         names_by_host: dict[str, list[str]] = {}
@@ -184,6 +187,7 @@ class ActionModule(ActionBase):
                 specs["proxmox_lxc"]["proxmox_lxc_containers"].get("options"),
             )
             problems += found
+            states[node], merged_by_node[node] = state, merged
             for ct in merged:
                 gpus = ct.get("gpus")
                 count = None
@@ -212,6 +216,9 @@ class ActionModule(ActionBase):
         recreate_all = task_vars.get("proxmox_lxc_recreate") or []
         problems += cross_node_problems(
             nodes, all_containers, recreate_all if isinstance(recreate_all, list) else []
+        )
+        problems += clone_problems(
+            states, merged_by_node, recreate_all if isinstance(recreate_all, list) else []
         )
         if not servers and not all_containers:
             problems.append(

@@ -313,6 +313,7 @@ def lxc_container_errors(
                     f"{where}.ip: expected 'dhcp' or an address/prefix, got {ip!r} ({exc}); "
                     "fix: write it like 10.0.3.200/24"
                 )
+        errors += _clone_errors(ct, where)
         gpus = ct.get("gpus", "none")
         if not (
             gpus in ("all", "none")
@@ -356,6 +357,26 @@ def lxc_container_errors(
                 f"(known: {', '.join(sorted(n for n in names if n)) or 'none'}); "
                 "fix: name a container from proxmox_lxc_containers"
             )
+    return errors
+
+
+def _clone_errors(ct: dict, where: str) -> list[str]:
+    """clone_from names a template's vmid (not the container's own); clone_full is a bool."""
+    source = ct.get("clone_from")
+    errors = []
+    if source is not None and (isinstance(source, bool) or not isinstance(source, int)
+                               or not VMID_MIN <= source <= VMID_MAX):
+        errors.append(
+            f"{where}.clone_from: must be the vmid of a template ({VMID_MIN}..{VMID_MAX}), got "
+            f"{source!r}; fix: write clone_from: 260 (made with the proxmox_lxc template tasks)")
+    elif source is not None and source == ct.get("vmid"):
+        errors.append(
+            f"{where}.clone_from: {source} is this container's own vmid (taken by the template); "
+            "fix: give the clone a vmid of its own")
+    if not isinstance(ct.get("clone_full", False), bool):
+        errors.append(
+            f"{where}.clone_full: must be true (a full copy) or false (a linked clone), got "
+            f"{ct.get('clone_full')!r}; fix: write clone_full: false")
     return errors
 
 

@@ -69,6 +69,8 @@ def parse_node_state(text: str) -> dict[str, Any]:
         conf = lxc.pve_conf_parse("\n".join(lines))["options"]
         entry = state["containers"].setdefault(int(m.group(1)), {"name": "", "ip": None})
         entry["name"] = conf.get("hostname", entry["name"])
+        if conf.get("template") == "1":
+            entry["template"] = True
         net = lxc._props(conf.get("net0", ""))
         ip = net.get("ip", "")
         entry["ip"] = ip.split("/")[0] if ip and ip != "dhcp" else None
@@ -145,7 +147,19 @@ def _live_problems(node: str, merged: list[dict], state: Mapping[str, Any], recr
         vmid = ct.get("vmid")
         hostname = ct.get("hostname")
         current = live.get(vmid) if isinstance(vmid, int) else None
-        if current and current.get("name") and current["name"] != hostname and name not in recreate:
+        if current and current.get("template"):
+            out.append(
+                problem(
+                    node,
+                    f"{where}.vmid",
+                    vmid,
+                    f"CT {vmid} on {node} is a template (it cannot be started)",
+                    "give this container a vmid of its own, and clone it from the template "
+                    f"with clone_from: {vmid}",
+                )
+            )
+        elif (current and current.get("name") and current["name"] != hostname
+              and name not in recreate):
             out.append(
                 problem(
                     node,
@@ -230,7 +244,21 @@ def _live_problems(node: str, merged: list[dict], state: Mapping[str, Any], recr
         out += _subnet_problems(node, where, ct, state.get("bridges") or {})
         template = str(ct.get("template", ""))
         exists = isinstance(vmid, int) and vmid in live
-        if state.get("templates_dir") and (not exists or name in recreate):
+        source = ct.get("clone_from")
+        if source is not None and (not exists or name in recreate):
+            held = live.get(source) if isinstance(source, int) else None
+            if held is not None and not held.get("template"):
+                out.append(
+                    problem(
+                        node,
+                        f"{where}.clone_from",
+                        source,
+                        f'CT {source} on {node} ("{held.get("name")}") is not a template',
+                        "make it one first: the proxmox_lxc role's template tasks "
+                        f"(playbooks/template.yml -e proxmox_lxc_template_vmid={source})",
+                    )
+                )
+        elif state.get("templates_dir") and (not exists or name in recreate):
             file = re.sub(r"^[^:]+:vztmpl/", "", template)
             if file not in state.get("templates", []):
                 path = f"{state['templates_dir']}/{file}"
@@ -326,3 +354,49 @@ def cross_node_problems(
         f"{'controller' if e.startswith('proxmox_lxc_recreate') else 'all nodes'}: {e}"
         for e in errors
     ]
+
+
+def clone_problems(
+    states: Mapping[str, Mapping[str, Any]],
+    merged: Mapping[str, Sequence[Mapping[str, Any]]],
+    recreate: Sequence[str] = (),
+) -> list[str]:
+    """Across nodes: the template a spec clones from is on the spec's own node (a linked clone
+    shares its template's disk), and a spec's vmid is not held on another node (vmids are
+    cluster-wide on Proxmox). ``states``: each node's parsed state; ``merged``: its specs."""
+    out: list[str] = []
+    for node, specs in merged.items():
+        own = (states.get(node) or {}).get("containers") or {}
+        for ct in specs:
+            name, vmid, source = ct.get("name"), ct.get("vmid"), ct.get("clone_from")
+            where = f"proxmox_lxc_containers[{name}]"
+            elsewhere = {
+                other: (state.get("containers") or {})
+                for other, state in states.items()
+                if other != node and state is not None
+            }
+            for other, live in elsewhere.items():
+                if isinstance(vmid, int) and vmid in live and vmid not in own:
+                    out.append(problem(
+                        node, f"{where}.vmid", vmid,
+                        f'CT {vmid} is taken on {other} ("{live[vmid].get("name")}"); vmids '
+                        "are cluster-wide",
+                        "pick a vmid that no node of the cluster uses",
+                    ))
+            exists = isinstance(vmid, int) and vmid in own
+            if states.get(node) is None or not isinstance(source, int) or source in own:
+                continue
+            if exists and name not in recreate:
+                continue
+            holders = [other for other, live in elsewhere.items()
+                       if (live.get(source) or {}).get("template")]
+            out.append(problem(
+                node, f"{where}.clone_from", source,
+                f"CT {source} is a template on {', '.join(holders)}, not on {node}"
+                if holders else f"CT {source} does not exist on {node}",
+                f"move this container's spec to {holders[0]}'s proxmox_lxc_containers, or make "
+                f"a template on {node} and clone from that" if holders else
+                f"converge a container on {node} and make it a template "
+                f"(playbooks/template.yml -e proxmox_lxc_template_vmid={source})",
+            ))
+    return out

@@ -7,6 +7,7 @@ import importlib.util
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -138,3 +139,64 @@ def test_cli_refuses_what_the_lab_cannot_do(tmp_path):
     assert proc.returncode == 255 and "privileged containers only" in proc.stderr
     proc = run(tmp_path, "create", "301", "local:vztmpl/missing.tar.zst")
     assert proc.returncode == 255 and "does not exist" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("lxc-copy"),
+                    reason="LXC's snapshot copy (lxc-copy) needs root and the lxc package")
+def test_template_and_clones_like_thin_storage(tmp_path):
+    template = make_template(tmp_path)
+    (tmp_path / "lxc").mkdir()
+    proc = run(tmp_path, "create", "310", template, "--hostname", "golden", "--memory", "1024",
+               "--net0", "name=eth0,bridge=lxcbr0,ip=10.0.3.10/24", "--rootfs", "local:4",
+               "--mp0", "/srv/lab/models,mp=/srv/models")
+    assert proc.returncode == 0, proc.stderr
+    linked = run(tmp_path, "clone", "310", "311", "--full", "0")
+    assert linked.returncode == 255 and "only possible from a template" in linked.stderr
+    assert run(tmp_path, "template", "310").returncode == 0
+    config = run(tmp_path, "config", "310").stdout
+    assert "template: 1" in config and "rootfs: local:base-310-disk-0,size=4G" in config
+    started = run(tmp_path, "start", "310")
+    assert started.returncode == 255 and "template" in started.stderr
+
+    # linked (the template's default): an overlay over the template's rootfs, nothing copied
+    assert run(tmp_path, "clone", "310", "311", "--hostname", "ct311").returncode == 0, \
+        run(tmp_path, "config", "311").stderr
+    config = run(tmp_path, "config", "311").stdout
+    assert "template" not in config and "hostname: ct311" in config
+    assert "rootfs: local:base-310-disk-0/vm-311-disk-0,size=4G" in config
+    assert "mp0: /srv/lab/models,mp=/srv/models" in config  # bind mounts come with the clone
+    old_mac = re.search(r"hwaddr=([\w:]+)", run(tmp_path, "config", "310").stdout)[1]
+    assert f"hwaddr={old_mac}" not in config  # its own MAC address
+    lxc_conf = (tmp_path / "lxc/311/config").read_text()
+    assert (f"lxc.rootfs.path = overlay:{tmp_path}/lxc/310/rootfs:"
+            f"{tmp_path}/lxc/311/overlay/delta") in lxc_conf
+    assert not (tmp_path / "lxc/311/rootfs/etc/hostname").exists()  # no copy was made
+
+    # full: a copy of the rootfs, on its own volume
+    assert run(tmp_path, "clone", "310", "312", "--full", "1").returncode == 0
+    assert "rootfs: local:312/rootfs,size=4G" in run(tmp_path, "config", "312").stdout
+    assert (tmp_path / "lxc/312/rootfs/etc/hostname").read_text() == "tiny\n"
+    assert "dir:" in (tmp_path / "lxc/312/config").read_text()
+
+    taken = run(tmp_path, "clone", "310", "311")
+    assert taken.returncode == 255 and "CT 311 already exists" in taken.stderr
+    busy = run(tmp_path, "destroy", "310")
+    assert busy.returncode == 255 and "still in use by linked clones" in busy.stderr
+    assert run(tmp_path, "destroy", "311").returncode == 0
+    assert run(tmp_path, "destroy", "312").returncode == 0
+    assert run(tmp_path, "destroy", "310").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "lxc").iterdir()) == []
+
+
+def test_guest_setup_of_a_linked_clone_goes_to_its_own_layer(tmp_path, monkeypatch):
+    monkeypatch.setattr(pct, "LXC_PATH", tmp_path)
+    (tmp_path / "310/rootfs/etc").mkdir(parents=True)
+    (tmp_path / "310/rootfs/etc/hosts").write_text("127.0.0.1 localhost\n")
+    (tmp_path / "311/overlay/delta").mkdir(parents=True)
+    opts = {"hostname": "ct311", "rootfs": "local:base-310-disk-0/vm-311-disk-0,size=4G",
+            "net0": "name=eth0,bridge=lxcbr0,ip=dhcp"}
+    pct.setup_guest(311, opts)
+    delta = tmp_path / "311/overlay/delta/etc"
+    assert (delta / "hostname").read_text() == "ct311\n"
+    assert (delta / "hosts").read_text() == "127.0.0.1 localhost\n127.0.1.1 ct311 # pct-standin\n"
+    assert (tmp_path / "310/rootfs/etc/hosts").read_text() == "127.0.0.1 localhost\n"

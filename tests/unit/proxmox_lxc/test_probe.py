@@ -187,3 +187,73 @@ def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
     assert got["drift"] == ["mounts", "start"]
     assert probe.plan_container(other, sections, node, "kpro6", str(templates), [],
                                 KEY)["drift"] == ["create", "mounts"]
+
+
+def golden_config(template=True):
+    golden = spec(name="golden", vmid=260, hostname="golden", ip="10.10.0.60/24")
+    lines = ["template: 1"] if template else []
+    text = config_text(golden).replace("rootfs", "rootfsx") + "\n" + "\n".join(lines)
+    return f"## config 260\n{text}\n"
+
+
+def test_a_container_cloned_from_a_template_drifts_clone_and_keeps_what_the_template_has():
+    ct = spec(clone_from=260)
+    got = plan(ct, node_text(ct, config=False, templates="") + golden_config())
+    assert got["drift"] == ["clone"] and got["problems"] == []  # no OS template needed
+    cfg = got["clone_config"]["options"]
+    assert "template" not in cfg and cfg["hostname"] == "ct200"
+    # after the clone, pct set changes only what differs from the template: the address
+    assert pf.pct_set_args(ct, got["clone_config"]) == [
+        "--net0", "name=eth0,bridge=vmbr0,ip=10.10.0.200/24,gw=10.10.0.1"]
+
+
+def test_the_probe_reads_the_templates_config_but_never_execs_in_it():
+    ct = spec(clone_from=260)
+    script = probe.probe_script([ct], "pct", "/etc/pve/lxc", "/tpl")
+    assert "'## config 260'" in script and "exec 260" not in script
+    assert '"$pct" exec 200' in script
+
+
+def test_clone_from_a_container_that_is_not_a_template_is_refused():
+    ct = spec(clone_from=260)
+    got = plan(ct, node_text(ct, config=False) + golden_config(template=False))
+    assert got["problems"] == [
+        "proxmox_lxc_containers[ct200].clone_from: CT 260 on kpro6 is not a template; make it "
+        "one first (the proxmox_lxc role's template tasks, i.e. `pct template 260` after a "
+        "shutdown)"]
+
+
+def test_clone_from_a_template_the_node_does_not_have_is_refused():
+    ct = spec(clone_from=260)
+    got = plan(ct, node_text(ct, config=False))
+    assert got["problems"][0].startswith(
+        "proxmox_lxc_containers[ct200].clone_from: CT 260 does not exist on kpro6")
+
+
+def test_an_existing_clone_converges_like_any_container_and_recreate_clones_again():
+    ct = spec(clone_from=260)
+    assert plan(ct, node_text(ct))["drift"] == []  # the template is not even needed now
+    got = plan(ct, node_text(ct) + golden_config(), recreate=["ct200"])
+    assert got["drift"] == ["recreate", "clone"] and got["problems"] == []
+
+
+def test_a_vmid_held_by_a_template_is_refused():
+    ct = spec(vmid=260, hostname="golden", name="golden")
+    text = node_text(ct, config=config_text(ct) + "\ntemplate: 1")
+    got = plan(ct, text)
+    assert got["problems"] == [
+        "proxmox_lxc_containers[golden].vmid: CT 260 on kpro6 is a template (it cannot be "
+        "started); give this container another vmid, and clone it from the template with "
+        "clone_from: 260"]
+
+
+def test_clone_spec_errors():
+    base = spec(clone_from=200)
+    errors = pf.lxc_container_errors([base], "kpro6")
+    assert errors == [
+        "proxmox_lxc_containers (node kpro6)[ct200].clone_from: 200 is this container's own "
+        "vmid (taken by the template); fix: give the clone a vmid of its own"]
+    errors = pf.lxc_container_errors([spec(clone_from="golden", clone_full="yes")], "kpro6")
+    assert [e.split(": ")[0] for e in errors] == [
+        "proxmox_lxc_containers (node kpro6)[ct200].clone_from",
+        "proxmox_lxc_containers (node kpro6)[ct200].clone_full"]

@@ -20,6 +20,7 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common
     unknown_variables_by_host,
 )
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_containers import (
+    clone_problems,
     container_problems,
     cross_node_problems,
     parse_node_state,
@@ -114,6 +115,20 @@ def containers(*cts, gpus=False, recreate=(), live=True, node="pve1") -> list[st
         node, list(cts), DEFAULTS, state(gpus) if live else None, 512, list(recreate), CT_OPTIONS
     )
     return found
+
+
+# CT 260 "golden", made a template (pct template): what a node's config folder then holds
+GOLDEN = "## config 260\nhostname: golden\nrootfs: local:base-260-disk-0,size=16G\ntemplate: 1\n"
+
+
+def cloned(*cts, pve1=GOLDEN, pve2="") -> list[str]:
+    """Problems of pve1's specs with pve1 and pve2 live (pve2: CT 300 "other" and ``pve2``)."""
+    states = {"pve1": parse_node_state(NODE_STATE + pve1),
+              "pve2": parse_node_state("## config 300\nhostname: other\n" + pve2)}
+    states["pve1"]["templates_dir"] = "/var/lib/vz/template/cache"
+    found, merged = container_problems("pve1", list(cts), DEFAULTS, states["pve1"], 512, [],
+                                       CT_OPTIONS)
+    return found + clone_problems(states, {"pve1": merged})
 
 
 SERVE_BASE = {
@@ -219,6 +234,21 @@ CASES = [
      "pve1", "[ct211].template",
      "/var/lib/vz/template/cache/none.tar.zst not found on pve1. Fix: download it with "
      "`pveam download local none.tar.zst`"),
+    # clones of templates (clone_from)
+    ("clone-from-a-container-not-a-template", lambda: cloned(ct(211, clone_from=200)),
+     "pve1", "[ct211].clone_from", "make it one first"),
+    ("clone-from-a-template-on-another-node",
+     lambda: cloned(ct(211, clone_from=260), pve1="", pve2=GOLDEN.replace("260", "270")
+                    .replace("## config 270", "## config 260")),
+     "pve1", "[ct211].clone_from", "move this container's spec to pve2's proxmox_lxc_containers"),
+    ("clone-from-no-such-container", lambda: cloned(ct(211, clone_from=280)),
+     "pve1", "[ct211].clone_from", "converge a container on pve1 and make it a template"),
+    ("clone-from-its-own-vmid", lambda: containers(ct(211, clone_from=211), live=False),
+     "pve1", "[ct211].clone_from", "give the clone a vmid of its own"),
+    ("vmid-held-by-a-template", lambda: cloned(ct(260, hostname="golden")),
+     "pve1", "[ct260].vmid", "clone it from the template with clone_from: 260"),
+    ("vmid-taken-on-another-node", lambda: cloned(ct(300, clone_from=260)),
+     "pve1", "[ct300].vmid", "pick a vmid that no node of the cluster uses"),
     ("recreate-unknown-name", lambda: cross_node_problems(["pve1"], [ct(211)], ["ct999"]),
      "controller", "proxmox_lxc_recreate", "not a container in the inventory"),
     ("vmid-twice-across-nodes",
@@ -344,6 +374,9 @@ def test_good_inputs_give_no_problem():
     assert containers(ct(211), ct(212, gpus=[0, 1]), gpus=True) == []
     assert containers(ct(211, ip="192.0.2.5/24", gateway="192.0.2.1",
                          allow_ip_outside_bridge=True)) == []
+    assert cloned(ct(211, clone_from=260), ct(212, clone_from=260, clone_full=True)) == []
+    # an existing clone does not need its template any more
+    assert cloned(ct(200, clone_from=260), pve1="") == []
     assert serve() == []
     assert router() == []
     assert drain_problems("ct200", {"gpu_drain_grace_seconds": 60, "gpu_drain_units": []}) == []
