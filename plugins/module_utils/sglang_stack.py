@@ -8,6 +8,8 @@ Pure functions where possible, unit-tested in tests/unit/sglang/test_stack_logic
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
 import re
@@ -116,6 +118,32 @@ def pip_install_argv(venv: str, wheel_dir: str, requirements: str, require_hashe
             "--find-links", wheel_dir, "--disable-pip-version-check", "--no-input",
             "--progress-bar", "off", "--no-cache-dir", "--requirement", requirements]
     return argv + (["--require-hashes"] if require_hashes else []) + list(extra)
+
+
+def dists_key(venv: str) -> str | None:
+    """The venv's installed distributions as seen from outside, hashed: the names of the
+    .dist-info and .egg-info folders of its site-packages (each names a distribution and its
+    version) with their mtimes. Any install, upgrade or removal (pip and uv add and remove those
+    folders) changes it. None when the venv has no site-packages."""
+    found = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages")))
+    if not found:
+        return None
+    digest = hashlib.sha256()
+    for site in found:
+        for name in sorted(os.listdir(site)):
+            if name.endswith((".dist-info", ".egg-info")):
+                mtime = os.stat(os.path.join(site, name)).st_mtime_ns
+                digest.update(f"{site}/{name} {mtime}\n".encode())
+    return digest.hexdigest()
+
+
+def checked_state(release_dir: str, versions: dict | None) -> dict:
+    """What the completion marker keeps of the release's check: the versions the venv's own
+    python read, and the distributions' key (dists_key) they were read at. The probe takes the
+    versions from here while the key is unchanged, instead of running the venv's python."""
+    if not versions:
+        return {}
+    return {"versions": versions, "dists": dists_key(release_dir)}
 
 
 def read_marker(release_dir: str) -> dict | None:

@@ -76,6 +76,10 @@ wrong:
   {description: "Pins installed at another version ({pin, found})", type: list,
    returned: when I(stack)}
 extra: {description: Installed distributions the lock lacks., type: list, returned: when I(stack)}
+versions_from:
+  {description: "Where the installed versions were read: marker (the release's check, its
+   distributions unchanged since) or venv (the venv's own python).", type: str,
+   returned: when the venv exists}
 reasons: {description: "Why the stack drifted, one line each.", type: list, returned: always}
 python_version:
   {description: "I(python)'s major.minor, null when it does not run or none was given.",
@@ -93,6 +97,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
     VERSIONS_CODE,
     describe,
+    dists_key,
     drift,
     read_marker,
 )
@@ -143,7 +148,15 @@ def probe(venv: str, release: str, pins: list[str], ignore_extra: list[str]) -> 
     result = {"link": link, "marker": marker, "release_current": release_current,
               "missing": [], "wrong": [], "extra": []}
     if link or os.path.isdir(venv):
-        versions, error = installed_versions(venv)
+        # the versions the release's check read, while its distributions are as they were then
+        # (dists_key); otherwise the venv's own python reads them (about 1 s for 189)
+        cached = (marker or {}).get("versions") if release_current else None
+        if cached and marker.get("dists") and marker["dists"] == dists_key(link):
+            versions, error = cached, ""
+            result["versions_from"] = "marker"
+        else:
+            versions, error = installed_versions(venv)
+            result["versions_from"] = "venv"
         if versions is None:
             reasons.append(error)
         else:

@@ -170,6 +170,7 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_release_
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack import (
     MARKER,
     VERSIONS_CODE,
+    checked_state,
     drift,
     pin_wheels,
     pip_install_argv,
@@ -216,7 +217,7 @@ def check_release(release_dir: str, p: dict, lock_fd: int) -> list[str]:
         return [f"{python}: {exc}"]
     if versions is None:
         return [f"{python} exit {rc}: {out[-2000:]}"]
-    d = drift(p["pins"], versions, p["ignore_extra"])
+    d, p["checked_versions"] = drift(p["pins"], versions, p["ignore_extra"]), versions
     problems = [f"{pin} (found nothing)" for pin in d["missing"]]
     problems += [f"{w['pin']} (found {w['found']})" for w in d["wrong"]]
     problems += [f"{x} (not in the lock)" for x in d["extra"]]
@@ -366,7 +367,8 @@ def finish(p: dict, lock_fd: int, ctx: dict, result: dict) -> None:
     try:
         write_marker(release_dir, {
             "release": p["release"], "pins": len(p["pins"]), "imports": p["imports"],
-            "installer": p["installer"], "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            "installer": p["installer"], "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **checked_state(release_dir, p.get("checked_versions"))})
     except OSError as exc:
         raise ReleaseFailed(step_failed(ctx, result, str(exc))) from None
 

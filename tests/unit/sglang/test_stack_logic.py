@@ -146,3 +146,41 @@ def test_repair_builds_beside_the_current_release(tmp_path):
     assert release.new_release_dir(str(tmp_path), "r1", current, repair=False) != current
     assert beside.startswith(current + ".") and beside != current
     assert release.new_release_dir(str(tmp_path), "r2", current, repair=True).endswith("/r2")
+
+
+def test_probe_takes_the_checked_versions_from_the_marker_until_the_venv_changes(tmp_path):
+    """The release's check leaves its versions and the distributions' key in the marker: the
+    probe reads them without running the venv's python, until any distribution changes."""
+    dists = {"idna": "3.10", "nest-asyncio": "1.6.0", "six": "1.17.0"}
+    venv = release_tree(tmp_path, "r1", dists)
+    rel = tmp_path / "venvs/r1"
+    versions = {"idna": "3.10", "nest-asyncio": "1.6.0", "six": "1.17.0"}
+    marker = {"release": "r1", **stack.checked_state(str(rel), versions)}
+    (rel / stack.MARKER).write_text(json.dumps(marker))
+    r = probe_mod.probe(venv, "r1", PINS, [])
+    assert r["versions_from"] == "marker" and r["drifted"] is False
+    # the check's versions are judged against today's lock: a stricter lock still drifts
+    r = probe_mod.probe(venv, "r1", [*PINS, "certifi==2025.1.31"], [])
+    assert r["missing"] == ["certifi==2025.1.31"] and r["drifted"]
+    # someone installs into the venv: a new .dist-info folder, the venv's python reads again
+    make_dist(rel, "left-over", "1")
+    r = probe_mod.probe(venv, "r1", PINS, [])
+    assert r["versions_from"] == "venv" and r["extra"] == ["left-over==1"] and r["drifted"]
+
+
+def make_dist(venv, name, version):
+    site = next(venv.glob("lib/python3*/site-packages"))
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_a_release_that_passed_its_check_keeps_its_versions_in_the_marker(tmp_path):
+    rel = make_venv(tmp_path / "r1", {"idna": "3.10"})
+    p = {"pins": ["idna==3.10"], "ignore_extra": [], "imports": []}
+    with open(tmp_path / "lock", "w") as lock:  # the releases lock, kept by the check's process
+        assert release.check_release(str(rel), p, lock.fileno()) == []
+    assert p["checked_versions"] == {"idna": "3.10"}
+    state = stack.checked_state(str(rel), p["checked_versions"])
+    assert state["dists"] == stack.dists_key(str(rel)) and state["versions"] == {"idna": "3.10"}
+    assert stack.checked_state(str(rel), None) == {}
