@@ -16,6 +16,14 @@ container then fills through Ansible's copy (3.8 GB for the default lock: slow o
 
 Each container is destroyed after its figures are taken. Not a test: timings on a shared machine
 are noisy.
+
+--template VMID compares the two ways to a new container: VMID is converged from nothing (its
+figures first), made a template (playbooks/template.yml), and each of --vmids is then cloned from
+it (clone_from; --full for full copies): create_s is then `pct clone` to booted and reachable,
+toolchain+stack_s what the roles still had to do on the clone. The template is destroyed last.
+
+    .venv/bin/python benchmarks/new_container.py --template 260 --vmids 261 \
+        --uv-cache /var/lib/sglang-lxc-lab/node-cache/uv --keep-node
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.lablib import (  # noqa: E402  (the repository root is put on the path just above)
+    LAB_INVENTORY,
     LabContainer,
     ansible_playbook,
     lab_root,
@@ -54,6 +63,9 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="VAR=JSON",
                     help="an extra variable for the run, e.g. --set sglang_uv_link_mode='\"copy\"'")
     ap.add_argument("--slowest", type=int, default=8, help="how many of the slowest tasks to print")
+    ap.add_argument("--template", type=int, help="converge this vmid from nothing, make it a "
+                    "template, and clone --vmids from it")
+    ap.add_argument("--full", action="store_true", help="full clones instead of linked ones")
     args = ap.parse_args()
     for d in (args.node_dir, args.uv_cache):
         d.mkdir(parents=True, exist_ok=True)
@@ -70,11 +82,15 @@ def main() -> None:
               "ANSIBLE_CALLBACK_PLUGINS": f"{ROOT}/benchmarks/callbacks",
               "PLAY_TIMER_OUT": str(timer)}
     figures = []
+    template = None
+    vmids = [args.template, *args.vmids] if args.template else args.vmids
     try:
-        for n, vmid in enumerate(args.vmids, 1):
+        for n, vmid in enumerate(vmids, 1):
             name = f"ct{vmid}"
             work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
-            spec = {"name": name, "vmid": vmid, "ip": f"10.0.3.{vmid}/24",
+            address = vmid if vmid < 255 else vmid - 100  # docs/CONVENTIONS.md
+            clone = {"clone_from": args.template, "clone_full": args.full} if template else {}
+            spec = {"name": name, "vmid": vmid, "ip": f"10.0.3.{address}/24", **clone,
                     "gateway": "10.0.3.1",
                     "mounts": [{"host_path": str(lab_root() / "data" / name / "models"),
                                 "path": "/srv/models"},
@@ -99,7 +115,8 @@ def main() -> None:
                 own = ct.exec("sh", "-c", "du -sb /var/cache/sglang-lxc/wheelhouse 2>/dev/null "
                               "| cut -f1 || true", check=False).stdout.strip()
                 sent = tree_bytes(args.node_dir) - before + int(own or 0)
-                fig = {"container": n, "name": name, "create_s": round(create_s, 1),
+                how = ("full clone" if args.full else "linked clone") if clone else "from nothing"
+                fig = {"container": n, "name": name, "how": how, "create_s": round(create_s, 1),
                        "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
                        "changed": run.changed}
                 figures.append(fig)
@@ -108,18 +125,31 @@ def main() -> None:
                     tasks = json.loads(timer.read_text())["tasks"]
                     for _, task, sec in sorted(tasks, key=lambda t: -t[2])[:args.slowest]:
                         print(f"   {sec:7.1f} s  {task}", flush=True)
+                if args.template and vmid == args.template:
+                    start = time.monotonic()
+                    made = ansible_playbook("playbooks/template.yml", LAB_INVENTORY,
+                                            extra_vars={"proxmox_lxc_template_vmid": vmid})
+                    if made.rc != 0:
+                        sys.exit(f"{name}: could not make the template:\n{made.output[-3000:]}")
+                    print(json.dumps({"template": vmid,
+                                      "template_s": round(time.monotonic() - start, 1)}))
+                    template = ct
             finally:  # a failed run leaves no container behind either
-                ct.destroy()
-                shutil.rmtree(work, ignore_errors=True)
+                if ct is not template:
+                    ct.destroy()
+                    shutil.rmtree(work, ignore_errors=True)
     finally:
+        if template is not None:  # after its clones
+            template.destroy()
         if not args.keep_node:
             if args.node_dir != Path.home() / ".cache" / "sglang-lxc" / "wheelhouse":
                 shutil.rmtree(args.node_dir, ignore_errors=True)
             shutil.rmtree(args.uv_cache, ignore_errors=True)
-    print("\ncontainer  create_s  toolchain+stack_s  bytes_from_controller")
+    print("\ncontainer  how           create_s  toolchain+stack_s  total_s  bytes_from_controller")
     for f in figures:
-        print(f"{f['container']:>9}  {f['create_s']:>8}  {f['toolchain_and_stack_s']:>17}  "
-              f"{f['bytes_from_controller']:>21}")
+        total = round(f["create_s"] + f["toolchain_and_stack_s"], 1)
+        print(f"{f['container']:>9}  {f['how']:<12}  {f['create_s']:>8}  "
+              f"{f['toolchain_and_stack_s']:>17}  {total:>7}  {f['bytes_from_controller']:>21}")
 
 
 if __name__ == "__main__":

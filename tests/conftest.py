@@ -12,6 +12,7 @@ import pytest
 
 from tests.lablib import (
     LAB_INVENTORY,
+    GoldenTemplate,
     LabContainer,
     ansible_playbook,
     lab_root,
@@ -103,3 +104,29 @@ def lab_container(lab_node, tmp_path_factory):
     yield make
     for ct in made:
         ct.destroy()
+
+
+# The suite's golden template: vmid 260 (10.0.3.160), docs/CONVENTIONS.md.
+GOLDEN_VMID = 260
+
+
+@pytest.fixture(scope="session")
+def golden_template(lab_node, tmp_path_factory):
+    """vmid of the suite's golden template: a container converged through the real roles
+    (toolchain + stack, the lab's inventory) and made a template, once for all xdist workers
+    (tests/lablib.py GoldenTemplate: file lock, marker, the last worker destroys it)."""
+    golden = GoldenTemplate(GOLDEN_VMID)
+    yield golden.ensure(tmp_path_factory.mktemp("golden"))
+    golden.release()
+
+
+@pytest.fixture(scope="module")
+def lab_clone(golden_template, lab_container):
+    """Factory: ``lab_clone(vmid, **spec)`` -> a running LabContainer cloned (linked) from the
+    golden template, with the toolchain and the stack already in place; destroyed with the
+    module like lab_container's."""
+
+    def make(vmid: int, **spec) -> LabContainer:
+        return lab_container(vmid, clone_from=golden_template, **spec)
+
+    return make

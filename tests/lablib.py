@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -206,3 +208,104 @@ def write_inventory(ct: LabContainer) -> None:
         "all:\n  children:\n    sglang_servers:\n      hosts:\n"
         f"        {ct.name}:\n          ansible_host: {ct.ip}\n"
     )
+
+
+# ----------------------------------------------------------------- converge once, clone many
+
+
+def lab_address(vmid: int) -> str:
+    """10.0.3.<vmid>, or 10.0.3.<vmid - 100> above 254 (docs/CONVENTIONS.md)."""
+    return f"10.0.3.{vmid if vmid < 255 else vmid - 100}"
+
+
+@dataclass
+class GoldenTemplate:
+    """A container converged through the real roles once per test session and made a Proxmox
+    template (playbooks/template.yml), for scenario containers cloned from it (``clone_from``).
+
+    pytest-xdist workers share it: ``ensure()`` works under a file lock, and a marker names the
+    template with the key it was made for (its spec and playbooks); a template found without a
+    matching marker (a killed run, another checkout) is destroyed, after its clones, and made
+    again. ``release()`` counts the workers out; the last one destroys the template.
+    """
+
+    vmid: int
+    playbooks: tuple[str, ...] = ("playbooks/toolchain.yml", "playbooks/sglang.yml")
+    extra_vars: dict = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)
+
+    @property
+    def lock(self) -> Path:
+        return Path(f"/run/sglang-lxc-golden-{self.vmid}.lock")
+
+    @property
+    def marker(self) -> Path:
+        return Path(f"/run/sglang-lxc-golden-{self.vmid}.json")
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps([self.playbooks, self.extra_vars, self.spec],
+                                         sort_keys=True).encode()).hexdigest()[:16]
+
+    def _state(self) -> dict:
+        try:
+            return json.loads(self.marker.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _is_template(self) -> bool:
+        conf = lab_root() / "etc/pve/lxc" / f"{self.vmid}.conf"
+        return conf.exists() and "template: 1" in conf.read_text().splitlines()
+
+    def _destroy(self) -> None:
+        """The template and every linked clone of it (clones first)."""
+        for conf in (lab_root() / "etc/pve/lxc").glob("*.conf"):
+            if f":base-{self.vmid}-disk-0/" in conf.read_text():
+                vmid = int(conf.stem)
+                LabContainer(vmid, Path(tempfile.gettempdir()), {"ip": "dhcp"}).destroy()
+        LabContainer(self.vmid, Path(tempfile.gettempdir()), {"ip": "dhcp"}).destroy()
+
+    def ensure(self, workdir: Path) -> int:
+        """The template's vmid, made first when no worker has made it for this key."""
+        with open(self.lock, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self._state()
+            users = [p for p in state.get("users", []) if Path(f"/proc/{p}").exists()]
+            if state.get("key") != self.key() or not self._is_template():
+                self._destroy()
+                self._make(workdir)
+                users = []
+            state = {"key": self.key(), "users": [*users, os.getpid()]}
+            self.marker.write_text(json.dumps(state))
+        return self.vmid
+
+    def _make(self, workdir: Path) -> None:
+        name = f"ct{self.vmid}"
+        spec = {"name": name, "vmid": self.vmid, "ip": f"{lab_address(self.vmid)}/24",
+                "gateway": "10.0.3.1", "mounts": node_cache_mounts(), **self.spec}
+        ct = LabContainer(self.vmid, workdir, spec)
+        write_inventory(ct)
+        made = ct.provision()
+        if made.rc != 0:
+            raise RuntimeError(f"golden {name}: could not make the container:\n{made}")
+        if self.playbooks:
+            run = ansible_playbook(list(self.playbooks), ct.inventory, extra_vars=self.extra_vars,
+                                   args=["--limit", name])
+            if run.rc != 0:
+                raise RuntimeError(f"golden {name}: converging it failed:\n{run}")
+        made = ansible_playbook("playbooks/template.yml", LAB_INVENTORY,
+                                extra_vars={"proxmox_lxc_template_vmid": self.vmid})
+        if made.rc != 0:
+            raise RuntimeError(f"golden {name}: making it a template failed:\n{made}")
+
+    def release(self) -> None:
+        """This worker is done with it; the last one out destroys it (after its clones)."""
+        with open(self.lock, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self._state()
+            users = [p for p in state.get("users", [])
+                     if p != os.getpid() and Path(f"/proc/{p}").exists()]
+            if users:
+                self.marker.write_text(json.dumps({**state, "users": users}))
+                return
+            self._destroy()
+            self.marker.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.lablib import (
     LAB_INVENTORY,
+    GoldenTemplate,
     LabContainer,
     ansible_playbook,
     lab_root,
@@ -179,3 +180,27 @@ def test_clone_from_a_container_that_is_not_a_template_fails_before_any_change(
     assert (f"proxmox_lxc_containers[ct{PLANNED}].clone_from: CT {LINKED} on localhost is not "
             "a template") in " ".join(result.output.split())
     assert not (lab_root() / "etc/pve/lxc" / f"{PLANNED}.conf").exists()
+
+
+def test_a_golden_template_is_made_once_and_destroyed_by_its_last_user(lab_node, tmp_path):
+    """The suite's golden-template mechanism (tests/conftest.py golden_template), with a
+    container converged by proxmox_lxc only (vmid 262, clone 263) to keep this test short."""
+    golden = GoldenTemplate(262, playbooks=(), spec={"cores": 1, "memory": 1024})
+    golden.marker.write_text('{"key": "a killed run", "users": []}')  # a leftover's marker
+    vmid = golden.ensure(tmp_path / "a")
+    made = (lab_root() / "etc/pve/lxc/262.conf").stat().st_mtime_ns
+    assert "template: 1" in conf(vmid)
+    assert golden.ensure(tmp_path / "b") == vmid  # a second worker: found, not made again
+    assert (lab_root() / "etc/pve/lxc/262.conf").stat().st_mtime_ns == made
+    clone = make_clone_of(tmp_path, 263, vmid)
+    assert clone.provision().rc == 0
+    golden.release()  # the last user: the clone goes first, then the template
+    assert not (lab_root() / "etc/pve/lxc/263.conf").exists()
+    assert not (lab_root() / "etc/pve/lxc/262.conf").exists()
+    assert not golden.marker.exists()
+
+
+def make_clone_of(tmp_path, vmid: int, source: int) -> LabContainer:
+    ct = LabContainer(vmid, tmp_path / f"ct{vmid}", clone_spec(vmid, clone_from=source))
+    write_inventory(ct)
+    return ct
