@@ -104,10 +104,16 @@ def mirror_folder(cache: str, repository: str) -> str:
 
 
 def _last_error(done: subprocess.CompletedProcess) -> str:
-    """git's own reason: its first 'fatal:' line, else its last line."""
+    """git's own reason: what the remote said ('remote:' lines) and git's last 'fatal:' line.
+
+    A corrupt mirror answers 'remote: fatal: unable to read <blob>' first; git's first 'fatal:'
+    on this side ('protocol error: bad pack header', 'early EOF') is only the consequence.
+    """
     lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    remote = [ln for ln in lines if ln.startswith("remote:")]
     fatal = [ln for ln in lines if ln.startswith("fatal:")]
-    return (fatal or lines or [f"git exited with {done.returncode}"])[0]
+    said = list(dict.fromkeys(remote[-5:] + fatal[-1:]))
+    return " / ".join(said or lines[-1:] or [f"git exited with {done.returncode}"])
 
 
 def fetch_dep(cache: str, pin, env: dict, run=subprocess.run) -> str:
