@@ -109,7 +109,8 @@ def _last_error(done: subprocess.CompletedProcess) -> str:
     A corrupt mirror answers 'remote: fatal: unable to read <blob>' first; git's first 'fatal:'
     on this side ('protocol error: bad pack header', 'early EOF') is only the consequence.
     """
-    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
+    text = "".join(c for c in (done.stderr or done.stdout or "") if c.isprintable() or c == "\n")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     remote = [ln for ln in lines if ln.startswith("remote:")]
     fatal = [ln for ln in lines if ln.startswith("fatal:")]
     said = list(dict.fromkeys(remote[-5:] + fatal[-1:]))
