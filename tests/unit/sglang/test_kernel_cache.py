@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -87,6 +88,21 @@ def wait_until(predicate, timeout: float = 30, step: float = 0.002):
     raise AssertionError("timed out")
 
 
+def first_line(proc: subprocess.Popen, prefix: str, timeout: float = 60) -> str:
+    """The first line the process prints that starts with prefix (warnings may come first)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith(prefix):
+            return line
+    raise AssertionError(f"no line starting with {prefix!r}")
+
+
 def found_of(output: str) -> dict:
     line = next(ln for ln in output.splitlines() if ln.startswith("FOUND "))
     return json.loads(line[len("FOUND ") :])
@@ -99,7 +115,7 @@ def test_a_second_run_waits_naming_the_lock_and_the_run_holding_it(repos, tmp_pa
     os.kill(first.pid, signal.SIGSTOP)  # A holds the lock, mid-fetch
     try:
         second = start(cache, repos, "B")
-        line = wait_until(lambda: second.stdout.readline())
+        line = first_line(second, "sgl-kernel sources: waiting")
     finally:
         os.kill(first.pid, signal.SIGCONT)
     lock = cache / cache_mod.LOCK_NAME
