@@ -128,8 +128,6 @@ def install_command(python: str, wheel: str) -> list[str]:
     ]
 
 
-
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(

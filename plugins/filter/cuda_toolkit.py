@@ -55,12 +55,15 @@ def cuda_toolkit_problems(settings):
                     'with "compiler and toolkit headers are incompatible".'
                 )
     reader = str(settings.get("cuobjdump") or "")
-    if source == "wheels" and reader and not re.match(
-        "^" + re.escape(version.split(".")[0]) + r"(\.[0-9]+)+$", reader
+    major = version.split(".", maxsplit=1)[0]
+    if (
+        source == "wheels"
+        and reader
+        and not re.match("^" + re.escape(major) + r"(\.[0-9]+)+$", reader)
     ):
         out.append(
             f"cuda_toolkit_cuobjdump_versions['{version}'] is '{reader}', not on CUDA "
-            f"{version.split('.')[0]}: cuobjdump reads the cubins of its own major."
+            f"{major}: cuobjdump reads the cubins of its own major."
         )
     for name, value in (settings.get("paths") or {}).items():
         if not str(value).startswith("/"):
