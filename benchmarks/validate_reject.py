@@ -3,7 +3,10 @@
 
 Runs ``ansible-playbook site.yml -i inventory/lab`` with several inventory mistakes at once (the
 same set as tests/integration/proxmox_lxc/test_bad_input.py, without its live ct213) and, for
-comparison, ``playbooks/validate.yml`` with the lab inventory as it is. Output lines are
+comparison, ``playbooks/validate.yml`` with the lab inventory as it is, and ``site.yml`` with a
+model that cannot fit its instances (a sparse 600 GiB safetensors file in a model store of its
+own, NVML answered by the GPU stand-in's recording of 8x RTX PRO 6000, as in
+test_bad_input.py's fit test). Output lines are
 time-stamped as they arrive, so the figures split ansible-playbook's own start-up (parsing
 site.yml and every role) from the validation itself (first validate play line to the verdict).
 
@@ -17,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,12 +54,35 @@ MISTAKES = {
 }
 
 
-def run(playbook: str, extra: dict | None) -> dict[str, float]:
-    cmd = [str(BIN / "ansible-playbook"), "-i", "inventory/lab", playbook]
+def fit_inventory(folder: Path) -> tuple[list[str], dict[str, str]]:
+    """A second inventory source and the environment for the fit scenario."""
+    store = folder / "models"
+    (store / "big-model").mkdir(parents=True)
+    with open(store / "big-model/model-00001-of-00001.safetensors", "wb") as handle:
+        handle.truncate(600 * 2**30)
+    hosts = {"all": {"children": {
+        "proxmox_nodes": {"hosts": {"localhost": {"proxmox_lxc_containers": [{
+            "name": "ct286", "vmid": 286, "gpus": "all",
+            "mounts": [{"host_path": str(store), "path": "/srv/models"}]}]}}},
+        "sglang_servers": {"hosts": {"ct286": {
+            "ansible_host": "10.0.3.30", "sglang_serve_enabled": True,
+            "sglang_serve_gpu_count": 8, "sglang_serve_model_path": "big-model",
+            "sglang_serve_mem_fraction_static": 0.88}}},
+    }}}
+    (folder / "fit.yml").write_text(json.dumps(hosts))
+    env = {"PYTHONPATH": str(ROOT / "tests/standins/pynvml_recorded"),
+           "FAKE_PYNVML_RECORDING": str(ROOT / "tests/unit/gpu/recordings/"
+                                        "rtx_pro_6000_x8_training.json")}
+    return ["-i", str(folder / "fit.yml")], env
+
+
+def run(playbook: str, extra: dict | None, args: list[str] | None = None,
+        more_env: dict[str, str] | None = None) -> dict[str, float]:
+    cmd = [str(BIN / "ansible-playbook"), "-i", "inventory/lab", *(args or []), playbook]
     if extra:
         cmd += ["-e", json.dumps(extra)]
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PYTHONUNBUFFERED": "1",
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(more_env or {})}
     start = time.monotonic()
     first_play = verdict = None
     checking = False
@@ -79,13 +107,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    for label, book, extra in (("site.yml, 14 mistakes", "site.yml", MISTAKES),
-                               ("validate.yml, lab as is", "playbooks/validate.yml", None)):
-        runs = [run(book, extra) for _ in range(args.repeat)]
+    folder = Path(tempfile.mkdtemp(prefix="validate-fit-"))
+    fit_args, fit_env = fit_inventory(folder)
+    for label, book, extra, more, env in (
+        ("site.yml, 14 mistakes", "site.yml", MISTAKES, None, None),
+        ("validate.yml, lab as is", "playbooks/validate.yml", None, None, None),
+        ("site.yml, 600 GiB model in 90 GB instances", "site.yml", None, fit_args, fit_env),
+    ):
+        runs = [run(book, extra, more, env) for _ in range(args.repeat)]
         med = {k: statistics.median(r[k] for r in runs) for k in ("startup", "validation", "total")}
         print(f"{label}: rc={[r['rc'] for r in runs]} median start-up {med['startup']:.1f} s, "
               f"validation {med['validation']:.1f} s, total {med['total']:.1f} s "
               f"(runs: {', '.join(format(r['total'], '.1f') for r in runs)})")
+    shutil.rmtree(folder)
     return 0
 
 

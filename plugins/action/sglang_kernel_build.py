@@ -41,6 +41,56 @@ def progress_of(log_tail: str) -> str:
     return f"last: {last}"
 
 
+def _fmt(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _unit(output: str) -> str:
+    """The source a compile's object is of: CMakeFiles/x.dir/csrc/gemm/a.cu.o -> csrc/gemm/a.cu."""
+    rest = output.split(".dir/", 1)[-1]
+    return rest[:-2] if rest.endswith(".o") else rest
+
+
+def ninja_log_entries(text: str) -> dict[str, float]:
+    """{output: seconds it took} from ninja's .ninja_log (v5+: start end mtime output hash, ms)."""
+    done: dict[str, float] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) < 4:
+            continue
+        try:
+            done[fields[3]] = max(0.0, (int(fields[1]) - int(fields[0])) / 1000)
+        except ValueError:
+            continue
+    return done
+
+
+def compile_progress(configured: dict, ninja_log: str, jobs: int, log_tail: str) -> str:
+    """'compiled 12/64, last: csrc/gemm/...; 3m05s per unit, about 2h41m left at 2 jobs'.
+
+    Counts the compiles the configured build.ninja holds (the check's configured.json), found
+    done in ninja's own log, and estimates from the measured time per finished unit. Before the
+    check has run (configure), the log's last line.
+    """
+    outputs = configured.get("compile_outputs")
+    if not outputs:
+        return progress_of(log_tail)
+    times = ninja_log_entries(ninja_log)
+    order = [o for o in times if o in set(outputs)]  # the log is in order of completion
+    total, done = len(outputs), len(order)
+    if not order:
+        return f"compiled 0/{total}; first units running, no time per unit yet"
+    line = f"compiled {done}/{total}, last: {_unit(order[-1])}"
+    if done >= total:
+        return f"{line}; linking"
+    per_unit = sum(times[o] for o in order) / done
+    left = (total - done) * per_unit / max(1, jobs)
+    return f"{line}; {_fmt(per_unit)} per unit, about {_fmt(left)} left at {max(1, jobs)} job(s)"
+
+
 def wheel_version(wheel: str) -> str:
     """Version field of a wheel file name (name-version-...-tag.whl)."""
     parts = os.path.basename(wheel).split("-")
@@ -76,11 +126,6 @@ def install_command(python: str, wheel: str) -> list[str]:
         "--disable-pip-version-check",
         wheel,
     ]
-
-
-def _fmt(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class ActionModule(ActionBase):
@@ -265,14 +310,22 @@ class ActionModule(ActionBase):
             f"cd {q(work_dir)} && {{ cat build.status 2>/dev/null || "
             f"{{ kill -s 0 -- -{int(pid)} 2>/dev/null && echo RUNNING; }} || "
             "{ sleep 1; cat build.status 2>/dev/null || echo GONE; }; }; "
-            "echo @@SGLK@@; tail -c 8192 build.log 2>/dev/null; true"
+            "echo @@SGLK@@; tail -c 8192 build.log 2>/dev/null; "
+            "echo @@SGLK@@; cat configured.json 2>/dev/null; "
+            "echo @@SGLK@@; cat build/.ninja_log 2>/dev/null; true"
         )
+        jobs = int(environment.get("MAX_JOBS") or 1)
         last_shown = ""
         while True:
             time.sleep(min(poll, max(1, timeout)))
             res = self._sh(poll_cmd)
-            status, _mark, tail = res.get("stdout", "").partition("@@SGLK@@")
+            parts = [*res.get("stdout", "").split("@@SGLK@@"), "", "", ""]
+            status, tail, configured, ninja_log = parts[:4]
             status = status.strip()
+            try:
+                counts = json.loads(configured) if configured.strip() else {}
+            except ValueError:
+                counts = {}
             elapsed = time.monotonic() - start
             if status and status != "RUNNING":
                 break
@@ -284,9 +337,9 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(
                     f"sgl-kernel build on {host} stopped: it ran past "
                     f"sglang_kernel_build_timeout={timeout}s; log {work_dir}/build.log: "
-                    f"{progress_of(tail)}"
+                    f"{compile_progress(counts, ninja_log, jobs, tail)}"
                 )
-            shown = progress_of(tail)
+            shown = compile_progress(counts, ninja_log, jobs, tail)
             display.display(f"sgl-kernel build on {host} ({_fmt(elapsed)}): {shown}")
             last_shown = shown
 
@@ -307,7 +360,7 @@ class ActionModule(ActionBase):
             "elapsed_s": round(time.monotonic() - start, 1),
             "log": f"{work_dir}/build.log",
             "log_tail": tail_lines,
-            "progress": last_shown or progress_of(tail),
+            "progress": compile_progress(counts, ninja_log, jobs, tail) or last_shown,
         }
         if rc != 0:
             out.update(

@@ -2,7 +2,9 @@
 # Apache-2.0
 """Bring sgl-kernel's sources into the controller's source cache, offline from then on.
 
-On the controller, once per source tree:
+On the controller, for each host (hosts that ask for the same architectures share a build copy),
+under the source cache's lock (plugins/plugin_utils/sgl_kernel_cache.py: concurrent runs wait,
+a killed run's lock is taken over), after the clone's fetch and checkout:
 
 1. a build copy of the tree (``<cache>/build-copies/<tree>-<transformation>``), made by the
    SM120-only transformation (plugins/plugin_utils/sgl_kernel_archs.py); the tree itself stays
@@ -17,11 +19,14 @@ On the controller, once per source tree:
    target, and the CMake arguments that point FetchContent at them
    (``FETCHCONTENT_SOURCE_DIR_<NAME>``, ``FETCHCONTENT_FULLY_DISCONNECTED=ON``).
 
-The logic is in functions, unit-tested in tests/unit/sglang/test_kernel_sources.py.
+With ``prune_keep`` >= 0 it prunes the build copies instead (the newest by last use, and those in
+use, stay). The logic is in functions, unit-tested in tests/unit/sglang/test_kernel_sources.py and
+test_kernel_cache.py.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,11 +37,15 @@ from pathlib import Path
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.sglang_lxc.serving.plugins.filter import git_rewrites as _git
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_archs as _archs
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cache as _cache
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cmake as _cmake
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.action_args import task_args
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.source_tree import folder_tree_id
+
+display = Display()
 
 # What a build copy's name depends on: the transformation's own code.
 TRANSFORMATION_CODE = (Path(_archs.__file__), Path(_cmake.__file__))
@@ -103,42 +112,24 @@ def mirror_folder(cache: str, repository: str) -> str:
     return os.path.join(cache, "git", _cmake.safe_name(name) + ".git")
 
 
-def _last_error(done: subprocess.CompletedProcess) -> str:
-    """git's own reason: its first 'fatal:' line, else its last line."""
-    lines = [ln.strip() for ln in (done.stderr or done.stdout or "").splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith("fatal:")]
-    return (fatal or lines or [f"git exited with {done.returncode}"])[0]
-
-
-def fetch_dep(cache: str, pin, env: dict, run=subprocess.run) -> str:
+def fetch_dep(cache: str, pin, env: dict, run=subprocess.run, fd: int | None = None) -> str:
     """Export the pin's commit into its cache folder; returns "" or the reason it failed."""
     repository, ref = pin.git
     folder = dep_folder(cache, pin)
     if not repository:
         return f"{pin.url} is not a git repository the role can clone"
     mirror = mirror_folder(cache, repository)
-    full_env = {**os.environ, **env}
-
-    def git(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-        return run(
-            ["git", *args],
-            cwd=cwd,
-            env=full_env,
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
+    git = _cache.git_runner(env, fd, run)
 
     if not os.path.isdir(mirror):
         os.makedirs(os.path.dirname(mirror), exist_ok=True)
         done = git("init", "--quiet", "--bare", mirror)
         if done.returncode != 0:
-            return _last_error(done)
+            return _cache.git_reason(done)
     # only the pinned commit (or tag), not the repository's history
     fetched = git("-C", mirror, "fetch", "--quiet", "--depth", "1", repository, ref)
     if fetched.returncode != 0:
-        return _last_error(fetched)
+        return _cache.git_reason(fetched)
     found = git("-C", mirror, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
     if found.returncode != 0:
         return f"{ref} fetched from {repository} is not a commit"
@@ -240,12 +231,20 @@ def pack(folder: str, archive: str) -> None:
 
 
 ARGS = {
-    "source_tree": None,
+    "source_tree": "",
     "cache_dir": None,
-    "work_dir": None,
-    "cuda_archs": None,
+    "work_dir": "",
+    "cuda_archs": [],
     "cmake_args": [],
     "git_url_rewrites": {},
+    # the clone (sglang_kernel_source_git_url/_ref), fetched and checked out under the lock
+    "git_url": "",
+    "git_ref": "",
+    "clone_dir": "",
+    "lock_wait": 1800,
+    # pruning instead: keep this many build copies by last use, and every one in in_use
+    "prune_keep": -1,
+    "in_use": [],
 }
 
 
@@ -257,10 +256,52 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         args = task_args("sglang_kernel_sources", dict(self._task.args), ARGS)
-        tree = os.path.expanduser(str(args["source_tree"])).rstrip("/")
         cache = os.path.expanduser(str(args["cache_dir"]))
+        host = (task_vars or {}).get("inventory_hostname", "?")
+        prune_keep = int(args["prune_keep"])
+        if prune_keep < 0:
+            missing = [k for k in ("source_tree", "work_dir", "cuda_archs") if not args[k]]
+            if missing:
+                raise AnsibleActionFail(f"sglang_kernel_sources: missing arguments {missing}")
+        try:
+            with _cache.locked(
+                cache, float(args["lock_wait"]), display.display, f"run for {host}"
+            ) as lock:
+                if prune_keep >= 0:
+                    result.update(self._prune(cache, prune_keep, args["in_use"]))
+                else:
+                    result.update(self._sources(args, cache, lock))
+                result["lock_waited_s"] = lock["waited_s"]
+                if lock["took_over"]:
+                    result["lock_took_over"] = lock["took_over"]
+        except _cache.CacheError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        return result
+
+    def _prune(self, cache: str, keep: int, in_use: list) -> dict:
+        if self._task.check_mode:
+            return {"changed": False, "removed": [], "freed_bytes": 0, "msg": "check mode"}
+        pruned = _cache.prune(cache, keep, [os.path.expanduser(str(p)) for p in in_use or []])
+        count = len(pruned["removed"])
+        return {
+            **pruned,
+            "changed": bool(count),
+            "msg": f"pruned {count} old build cop{'y' if count == 1 else 'ies'} "
+            f"({_cache.human(pruned['freed_bytes'])} freed), kept {len(pruned['kept'])}",
+        }
+
+    def _sources(self, args: dict, cache: str, lock: dict) -> dict:
+        result: dict = {}
+        tree = os.path.expanduser(str(args["source_tree"])).rstrip("/")
         work = str(args["work_dir"]).rstrip("/")
         check_mode = bool(self._task.check_mode)
+        env = _git.git_url_rewrite_env(args["git_url_rewrites"])
+        cloned = {}
+        if args["git_url"] and not check_mode:
+            clone = os.path.expanduser(str(args["clone_dir"]))
+            git = _cache.git_runner(env, lock["fd"])
+            cloned = _cache.checkout(clone, str(args["git_url"]), str(args["git_ref"]), git)
+            result["commit"] = cloned["commit"]
         if not os.path.isfile(os.path.join(tree, "CMakeLists.txt")):
             if check_mode:
                 result.update(changed=False, skipped_reason=f"{tree} is not there yet (check mode)")
@@ -272,23 +313,30 @@ class ActionModule(ActionBase):
         build_copy = os.path.join(
             cache, "build-copies", f"{content[:16]}-{transformation_id(archs, off)}"
         )
-        changed = not os.path.isdir(build_copy)
+        changed = not os.path.isdir(build_copy) or bool(cloned.get("changed"))
         try:
             record = (
                 make_build_copy(tree, build_copy, archs, off)
-                if not check_mode or not changed
+                if not check_mode or os.path.isdir(build_copy)
                 else {}
             )
         except (_archs.TransformError, _cmake.CMakeReadError) as exc:
             raise AnsibleActionFail(f"sgl-kernel SM120-only transformation: {exc}") from exc
-        if check_mode and changed:
+        if check_mode and not record:
             result.update(
                 changed=True, build_copy=build_copy, deps=[], cmake_args=[], msg="check mode"
             )
             return result
-        env = _git.git_url_rewrite_env(args["git_url_rewrites"])
+        if not check_mode:
+            _cache.mark_used(build_copy)
         try:
-            found = collect(build_copy, cache, env, fetch=not check_mode)
+            found = collect(
+                build_copy,
+                cache,
+                env,
+                fetch=not check_mode,
+                fetcher=functools.partial(fetch_dep, fd=lock["fd"]),
+            )
         except _cmake.CMakeReadError as exc:
             raise AnsibleActionFail(f"sgl-kernel source: {exc}") from exc
         if found["missing"]:
@@ -325,6 +373,7 @@ class ActionModule(ActionBase):
             transform=record,
             deps=found["deps"],
             cmake_args=_cmake.fetchcontent_args(folders) + transform_args(record, f"{work}/src"),
+            # the configured-build check of this copy: the architectures asked for it
             check_args=" ".join(
                 [f"--allow {a}" for a in allow] + [f"--search {work}/src", f"--search {work}/deps"]
             ),

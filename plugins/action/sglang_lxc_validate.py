@@ -15,6 +15,9 @@ What it checks:
   cores, memory, GPU indexes, the bridge's subnet, the OS template, and vmids, hostnames and
   addresses already used by other containers there;
 - the serving instance expansion (``sglang_serve_instances``), the router, the drain settings;
+- whether each instance's model fits the memory it may use (``validate_fit``): the weights and
+  the GPU memory come from the node read; called with ``plan: true`` first (before that read),
+  it only returns the model folders each node should weigh (``folders``);
 - the controller: the SSH public key to install, the wheelhouse's free space, tools on PATH.
 
 The checks are plain functions in plugins/plugin_utils/validate_*.py, one module per concern
@@ -60,6 +63,11 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_declar
     role_specs,
     role_vars,
 )
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_fit import (
+    fit_problems,
+    node_folders,
+    parse_fit,
+)
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_router import (
     router_problems,
 )
@@ -73,6 +81,9 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_servin
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_stack import (
     stack_problems,
 )
+
+# The plan's GPU count where the inventory gives none (the node's GPUs are read after it).
+MAX_GPUS = 64
 
 
 def _with_role_path(value: Any, path: Path) -> Any:
@@ -111,6 +122,10 @@ class ActionModule(ActionBase):
         result["changed"] = False
         args = self._task.args
         hostvars = task_vars["hostvars"]
+        if args.get("plan"):
+            result["folders"] = self._plan(hostvars, task_vars.get("groups", {}))
+            result["elapsed_s"] = round(time.monotonic() - started, 2)
+            return result
         node_states: Mapping[str, Any] = args.get("node_states") or {}
         groups = task_vars.get("groups", {})
         nodes = list(groups.get("proxmox_nodes", []))
@@ -124,6 +139,9 @@ class ActionModule(ActionBase):
         problems: list[str] = []
         key_errors: dict[str, str] = {}
         containers_by_name: dict[str, dict] = {}
+        fits: dict[str, dict] = {}
+        notes: list[str] = []
+        warnings: list[str] = []
         states: dict[str, Any] = {}
         merged_by_node: dict[str, list] = {}
         ssh_hosts = False
@@ -176,6 +194,7 @@ class ActionModule(ActionBase):
             elif reg:
                 state = parse_node_state(reg.get("stdout", ""))
                 state["templates_dir"] = values.get("proxmox_lxc_template_dir")
+                fits[node] = parse_fit(state.get("fit"))
             recreate = values.get("proxmox_lxc_recreate") or []
             found, merged = container_problems(
                 node,
@@ -250,6 +269,16 @@ class ActionModule(ActionBase):
             )
             found, instances = serve_problems(host, values, gpu_count)
             problems += found
+            given = int_or_none(values.get("sglang_serve_gpu_count"))
+            found, warned, noted = fit_problems(
+                host, instances, ct, fits.get(ct["node"]) if ct else None,
+                gpu_count if given is None else given,
+                device=values.get("sglang_serve_device", "cuda"),
+                cpu_instance_mib=values.get("sglang_serve_cpu_instance_mib", 3072),
+            )
+            problems += found
+            warnings += warned
+            notes += warned + [f"{host}: {line}" for line in noted]
             problems += router_problems(host, values, instances)
             problems += drain_problems(host, values)
             problems += play_level_problems(host, values)
@@ -264,6 +293,9 @@ class ActionModule(ActionBase):
             key_errors, wheelhouse if isinstance(wheelhouse, str) else None, need_ssh=ssh_hosts
         )
         result["problems"] = problems
+        result["notes"] = notes
+        if warnings:
+            result["warnings"] = warnings
         result["elapsed_s"] = round(time.monotonic() - started, 2)
         result["checked"] = {"nodes": nodes, "servers": servers}
         if problems:  # the run stops here, before any change (one task, no separate fail)
@@ -271,6 +303,39 @@ class ActionModule(ActionBase):
             result["msg"] = (f"{chr(10).join(problems)}\n({len(problems)} problem(s); "
                              "nothing was changed)")
         return result
+
+    def _plan(self, hostvars, groups):  # pragma: no cover - exercised through the lab
+        """The model folders, as each node sees them, that its serving containers will load:
+        what the node read weighs for the fit check (before the node's GPUs are known, a GPU
+        count not given in the inventory counts as MAX_GPUS: only the folders matter here)."""
+        defaults, rvars, pvars = role_defaults(), role_vars(), play_role_vars()
+        containers: dict[str, dict] = {}
+        folders: dict[str, list[str]] = {}
+        for node in groups.get("proxmox_nodes", []):
+            folders[node] = []
+            values, _errors = self._values(hostvars, node, ("proxmox_lxc",), defaults, rvars,
+                                           pvars)
+            _found, merged = container_problems(
+                node, values.get("proxmox_lxc_containers", []),
+                values.get("proxmox_lxc_container_defaults", {}), None,
+                values.get("proxmox_lxc_memory_floor", 512),
+            )
+            for ct in merged:
+                containers[str(ct.get("name"))] = {"node": node, "spec": ct}
+        for host in groups.get("sglang_servers", []):
+            ct = containers.get(host)
+            if ct is None:
+                continue
+            values, _errors = self._values(hostvars, host, ("sglang_serve",), defaults, rvars,
+                                           pvars)
+            gpus = ct["spec"].get("gpus")
+            count = len(gpus) if isinstance(gpus, list) else int_or_none(
+                values.get("sglang_lxc_gpus_expected"))
+            _found, instances = serve_problems(host, values, MAX_GPUS if count is None else count)
+            for folder in node_folders(instances, ct["spec"].get("mounts")):
+                if folder not in folders[ct["node"]]:
+                    folders[ct["node"]].append(folder)
+        return folders
 
     def _values(self, hostvars, host, roles, defaults, rvars, pvars):  # pragma: no cover
         """Each variable of ``roles`` as the role will see it on ``host``, templated."""

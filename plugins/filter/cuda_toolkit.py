@@ -6,7 +6,8 @@ Filter:
   cuda_toolkit_problems(settings) -> one message per problem, [] when the inputs are sound
 
 ``settings``: version, source, releases, overrides, components (the five wheels a release must
-name), paths (variable -> value, each must be absolute), system_root.
+name), cuobjdump (the nvidia-cuda-cuobjdump version installed beside them, same major), paths
+(variable -> value, each must be absolute), system_root.
 Pure Python with no Ansible import at module level, so tests import it directly.
 """
 
@@ -53,6 +54,17 @@ def cuda_toolkit_problems(settings):
                     "crt, nvvm, cccl and the runtime must share one major.minor, or nvcc fails "
                     'with "compiler and toolkit headers are incompatible".'
                 )
+    reader = str(settings.get("cuobjdump") or "")
+    major = version.split(".", maxsplit=1)[0]
+    if (
+        source == "wheels"
+        and reader
+        and not re.match("^" + re.escape(major) + r"(\.[0-9]+)+$", reader)
+    ):
+        out.append(
+            f"cuda_toolkit_cuobjdump_versions['{version}'] is '{reader}', not on CUDA "
+            f"{major}: cuobjdump reads the cubins of its own major."
+        )
     for name, value in (settings.get("paths") or {}).items():
         if not str(value).startswith("/"):
             out.append(f"{name} must be an absolute path, got '{value}'.")

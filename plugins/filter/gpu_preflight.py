@@ -225,11 +225,18 @@ def build_jobs_that_fit(available_mib, reserve_gib, gib_per_thread, threads):
     return max(0, math.floor((available_mib / 1024 - float(reserve_gib)) / per_job))
 
 
+NO_SOURCE_BUILD = (
+    "no source build (sglang_kernel_from_source: false): the lock's sgl-kernel wheel is "
+    "installed, nothing is compiled"
+)
+CAPS_DOC = "docs/build-caps.md"
+
+
 def _memory_check(facts, checks):
     build = checks.get("build") or {}
+    if not build.get("from_source"):
+        return _verdict("build_memory", "skip", NO_SOURCE_BUILD)
     jobs = int(build.get("jobs") or 0)
-    if jobs <= 0:
-        return _verdict("build_memory", "skip", "no build asked (gpu_facts_build_jobs: 0)")
     host = facts.get("host") or {}
     available = host.get("memory_available_mib")
     if available is None:
@@ -240,15 +247,19 @@ def _memory_check(facts, checks):
             "check that /proc/meminfo is readable (lxcfs mounted in the container)",
         )
     reserve = float(build.get("reserve_gib", 8))
-    per_thread = float(build.get("gib_per_thread", 4))
+    per_thread = float(build.get("gib_per_thread", 16))
     threads = int(build.get("threads", 1))
     fit = build_jobs_that_fit(available, reserve, per_thread, threads)
-    need_gib = round(reserve + jobs * threads * per_thread, 1)
+    cpus = int(host.get("cpus") or 0)
+    cap = max(1, min(fit, cpus) if cpus > 0 else fit)
+    asked = f"{jobs} job(s)" if jobs > 0 else "as many jobs as fit"
+    need_gib = round(reserve + max(jobs, 1) * threads * per_thread, 1)
     detail = (
-        f"{_gib(available)} GiB available; {jobs} job(s) x {threads} nvcc thread(s) x "
-        f"{per_thread} GiB + {reserve} GiB reserve = {need_gib} GiB; {fit} job(s) fit"
+        f"{_gib(available)} GiB available; {asked} x {threads} nvcc thread(s) x "
+        f"{per_thread} GiB (the measured peak of one nvcc thread, {CAPS_DOC}) + {reserve} GiB "
+        f"reserve; {fit} job(s) fit, the build runs {cap} (MAX_JOBS={cap})"
     )
-    if fit >= jobs:
+    if fit >= max(jobs, 1):
         return _verdict("build_memory", "pass", detail)
     more = f"(pct set <vmid> --memory {math.ceil(need_gib * 1024)})"
     if fit >= 1:
@@ -264,7 +275,8 @@ def _memory_check(facts, checks):
         "fail",
         detail,
         f"give the container at least {round(reserve + threads * per_thread, 1)} GiB "
-        f"available memory {more}, or lower the nvcc threads / reserve",
+        f"available memory {more}, or lower the nvcc threads / reserve (the build would run "
+        f"one job anyway and may be killed for memory; {CAPS_DOC})",
     )
 
 
@@ -305,8 +317,12 @@ def gpu_preflight_summary(verdicts):
             continue
         if status in ("fail", "warn"):
             parts.append(f"{len(picked)} {status} ({', '.join(v['check'] for v in picked)})")
-        elif status == "skip" and all(v["detail"] == NO_GPU for v in picked):
-            parts.append(f"{len(picked)} skip (no GPU)")
+        elif status == "skip":
+            why = [
+                "no GPU" if v["detail"] == NO_GPU else f"{v['check']}: {v['detail'].split(' (')[0]}"
+                for v in picked
+            ]
+            parts.append(f"{len(picked)} skip ({'; '.join(dict.fromkeys(why))})")
         else:
             parts.append(f"{len(picked)} {status}")
     return ", ".join(parts) or "no checks"

@@ -1,6 +1,11 @@
 """How far an SGLang instance's weight load is: the model's weight files, the bytes read, SGLang's
 own shard lines, rate and ETA (module sglang_readiness; unit-tested in
-tests/unit/serve/test_serve_readiness.py)."""
+tests/unit/serve/test_serve_readiness.py).
+
+The validate play weighs the same files before anything changes (the fit of a model in its
+instance, plugin_utils/validate_fit.py): playbooks/files/node_fit.py runs this file's text on
+the Proxmox node, which holds the model store, and calls ``folder_weights``. So this file
+imports the standard library only."""
 
 from __future__ import annotations
 
@@ -49,15 +54,34 @@ def weight_files(model_path: str) -> list[str]:
     return []
 
 
-def instance_weight_files(instance: dict[str, Any]) -> list[str]:
-    """The model's weight files plus the EAGLE-3 draft model's."""
-    files = weight_files(str(instance.get("model_path") or ""))
+def model_dirs(instance: dict[str, Any]) -> list[str]:
+    """The folders an instance loads weights from: its model's, and its EAGLE-3 draft model's."""
+    dirs = [str(instance.get("model_path") or "")]
     argv = list(instance.get("argv") or [])
     if "--speculative-draft-model-path" in argv:
         index = argv.index("--speculative-draft-model-path") + 1
         if index < len(argv):
-            files += weight_files(argv[index])
+            dirs.append(argv[index])
+    return [d for d in dirs if d]
+
+
+def instance_weight_files(instance: dict[str, Any]) -> list[str]:
+    """The model's weight files plus the EAGLE-3 draft model's."""
+    files: list[str] = []
+    for folder in model_dirs(instance):
+        files += weight_files(folder)
     return files
+
+
+def folder_weights(model_path: str) -> dict[str, Any]:
+    """What the fit check needs of one model folder: whether it is there, and the count and
+    bytes of the files SGLang would load from it (those of ``weight_files``)."""
+    files = weight_files(model_path)
+    return {
+        "present": os.path.isdir(model_path),
+        "files": len(files),
+        "bytes": total_size(files),
+    }
 
 
 def total_size(files: list[str]) -> int:

@@ -17,8 +17,10 @@ description:
     nested entries), the container specs against the live Proxmox nodes (cores, memory, GPU
     indexes, bridge subnets, OS templates, vmids, hostnames and addresses in use), the serving
     instances as M(sglang_lxc.serving.sglang_serve) will expand them, the router, the drain
-    settings, the toolchain release, the stack lock, the build caps, and the controller (the
-    SSH public key to install, the wheelhouse's free space, tools on PATH).
+    settings, the toolchain release, the stack lock, the build caps, whether each instance's
+    model (and EAGLE-3 draft) fits the memory it may use (GPU memory from NVML on the node x
+    mem_fraction_static, or the container's memory in CPU mode), and the controller (the SSH
+    public key to install, the wheelhouse's free space, tools on PATH).
   - "Fails with every problem at once, one line each, as
     C(host: variable = value: what. Fix: ...); changes nothing."
   - Called once (C(run_once)) by the playbook C(sglang_lxc.serving.validate) after it read each
@@ -33,6 +35,13 @@ options:
         C(unreachable) and C(msg)).
     type: dict
     default: {}
+  plan:
+    description:
+      - Only list, per Proxmox node, the model folders (as the node sees them through the
+        containers' bind mounts) that the node read should weigh for the fit check; check
+        nothing.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -59,11 +68,24 @@ problems:
   description: Every problem found, one line each, with host, variable, value and fix.
   type: list
   elements: str
-  returned: always
+  returned: unless plan
 checked:
   description: The nodes and serving hosts that were checked.
   type: dict
-  returned: always
+  returned: unless plan
+notes:
+  description:
+    - What the fit check found short of a problem, one line each starting with the serving
+      host (a model that leaves little room for the KV cache, a model not in the store yet,
+      each instance's weights against its memory); the playbook hands them to the run's
+      checklist.
+  type: list
+  elements: str
+  returned: unless plan
+folders:
+  description: Per Proxmox node, the model folders to weigh (node paths).
+  type: dict
+  returned: with plan
 elapsed_s:
   description: Seconds the checks took.
   type: float

@@ -55,6 +55,7 @@ def parse_node_state(text: str) -> dict[str, Any]:
         if m:
             state["bridges"].setdefault(m.group(1), []).append(m.group(2))
     state["templates"] = [t.strip() for t in sections.get("templates", []) if t.strip()]
+    state["fit"] = sections.get("fit")  # node_fit.py's JSON line (validate_fit.parse_fit)
     for line in sections.get("pct list", [])[1:]:
         parts = line.split()
         if parts and parts[0].isdigit():

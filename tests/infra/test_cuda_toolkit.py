@@ -97,6 +97,11 @@ def expected(host) -> dict[str, Any]:
     releases = inv.get("cuda_toolkit_releases") or defaults["cuda_toolkit_releases"]
     overrides = inv.get("cuda_toolkit_wheel_overrides") or {}
     pins = {**releases.get(version, {}), **overrides} if source == "wheels" else {}
+    readers = inv.get("cuda_toolkit_cuobjdump_versions") or defaults[
+        "cuda_toolkit_cuobjdump_versions"
+    ]
+    if source == "wheels" and readers.get(version):
+        pins["nvidia-cuda-cuobjdump"] = readers[version]
     env_file = (
         os.environ.get("SGLANG_LXC_CUDA_ENV_FILE")
         or inv.get("sglang_lxc_cuda_env_file")
@@ -260,6 +265,18 @@ def test_nvcc_compiles_and_links_a_cub_kernel(host, expected, nvcc_builds):
         assert f"kernel.compute_{arch[3:]}.cubin" in cubins, cubins  # nvcc names it so
     # Without a GPU the launch fails at run time, but the program loads and runs.
     assert "launch status" in host.check_output(_with_env(expected, f"{workdir}/kernel"))
+
+
+def test_cuobjdump_lists_the_cubins_nvcc_built(host, expected, nvcc_builds):
+    """The reader role sglang's kernel check uses (nvidia-cuda-cuobjdump's wheel)."""
+    if "nvidia-cuda-cuobjdump" not in expected["pins"]:
+        pytest.skip("no cuobjdump wheel for this release")
+    workdir = nvcc_builds
+    host.run(f"timeout 600 sh -c 'while [ ! -s {workdir}/nvcc.rc ]; do sleep 0.2; done'")
+    out = host.check_output(_with_env(expected, f"cuobjdump --list-elf {workdir}/kernel"))
+    assert {line.rsplit(".", 2)[-2] for line in out.splitlines() if "cubin" in line} == set(
+        NVCC_ARCHS
+    ), out
 
 
 def test_nvcc_reports_the_pinned_version(host, expected):

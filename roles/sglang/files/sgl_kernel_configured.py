@@ -172,6 +172,8 @@ def check(build_dir: str, allow: list[str], search: list[str]) -> dict:
         "compiles": sum(len(c["archs"]) for c in compiles),
         "device_links": len(commands) - len(compiles),
         "per_arch": dict(sorted(per_arch.items())),
+        # what the build's progress counts (sglang_kernel_build reads them from .ninja_log)
+        "compile_outputs": [c["output"] for c in compiles],
         "allowed": sorted(allowed),
         "problems": problems,
     }

@@ -88,7 +88,7 @@ def test_preflight_skips_gpu_checks_in_the_lab(ct):
     assert result.rc == 0, str(result)
     assert "SKIP nvml: no GPU" in flat(result)
     assert "SKIP nvidia_uvm: no GPU" in flat(result)
-    assert "build_memory" in flat(result)
+    assert "SKIP build_memory: no source build (sglang_kernel_from_source: false)" in flat(result)
 
 
 def test_preflight_expecting_gpus_fails_with_fixes(ct):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.lablib import LAB_INVENTORY, ansible_playbook, lab_root, pct
+from tests.lablib import LAB_INVENTORY, REPO, ansible_playbook, lab_root, pct
 
 pytestmark = pytest.mark.lab
 
@@ -174,3 +178,75 @@ def test_example_inventory_needs_only_its_node_and_a_key(tmp_path):
                               env={"HOME": str(tmp_path)}, timeout=120)
     assert "(1 problem(s); nothing was changed)" in result.output, str(result)
     assert "kpro6: ansible_host = '192.0.2.10': unreachable" in " ".join(result.output.split())
+
+
+# A serving container of the lab node (vmid 286, never created: the run must stop before) whose
+# model store holds a sparse 600 GiB safetensors file; its node answers NVML with the GPU
+# stand-in's recording of 8x RTX PRO 6000 (the lab has no GPU), its eight one-GPU instances
+# can use 90.3 GB each.
+FIT_RECORDING = REPO / "tests/unit/gpu/recordings/rtx_pro_6000_x8_training.json"
+FIT_MESSAGE = (
+    "ct286: sglang_serve_gpus = [0, 1, 2, 3, 4, 5, 6, 7]: each of the 8 instances gpu0..gpu7 "
+    "(1 GPU(s) each, tp 1) cannot hold its weights: "
+    "644 GB (model big-model 644 GB), more than the 90.3 GB it may use (1 x 102.6 GB x "
+    "mem_fraction_static 0.88). Fix: one instance with gpus [0..7], tp 8: 723 GB"
+)
+
+
+def fit_inventory(tmp_path: Path) -> tuple[Path, Path]:
+    """A second inventory source beside inventory/lab: ct286 with its own model store."""
+    store = tmp_path / "models"
+    (store / "big-model").mkdir(parents=True)
+    hosts = {"all": {"children": {
+        "proxmox_nodes": {"hosts": {"localhost": {"proxmox_lxc_containers": [{
+            "name": "ct286", "vmid": 286, "gpus": "all",
+            "mounts": [{"host_path": str(store), "path": "/srv/models"}]}]}}},
+        "sglang_servers": {"hosts": {"ct286": {
+            "ansible_host": "10.0.3.30", "sglang_serve_enabled": True,
+            "sglang_serve_gpu_count": 8, "sglang_serve_model_path": "big-model",
+            "sglang_serve_mem_fraction_static": 0.88}}},
+    }}}
+    path = tmp_path / "fit.yml"
+    path.write_text(json.dumps(hosts))
+    return path, store
+
+
+def fit_env(tmp_path: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(REPO / "tests/standins/pynvml_recorded"),
+            "FAKE_PYNVML_RECORDING": str(FIT_RECORDING),
+            "SGLANG_LXC_ARTIFACTS": str(tmp_path / "artifacts")}
+
+
+def test_a_model_that_cannot_fit_stops_site_yml_in_the_validate_play(lab_node, tmp_path):
+    inventory, store = fit_inventory(tmp_path)
+    weights = store / "big-model/model-00001-of-00001.safetensors"
+    subprocess.run(["truncate", "-s", "600G", str(weights)], check=True)
+    (store / "big-model/config.json").write_text("{}")
+    before = node_state([286])
+    start = time.monotonic()
+    result = ansible_playbook("site.yml", LAB_INVENTORY, args=["-i", str(inventory)],
+                              env=fit_env(tmp_path))
+    elapsed = time.monotonic() - start
+    flat = " ".join(result.output.split())
+    took = re.search(r"elapsed_s: ([0-9.]+)", result.output)
+    print(f"site.yml stopped by the fit check in {elapsed:.1f} s "
+          f"(the check itself: {took.group(1) if took else '?'} s)")
+    assert result.rc != 0, str(result)
+    assert FIT_MESSAGE in flat, str(result)
+    assert "PLAY [Provision LXC containers]" not in result.output
+    assert result.stats and all(s["changed"] == 0 for s in result.stats.values()), str(result)
+    assert node_state([286]) == before
+    assert not (lab_root() / "data/ct286").exists()
+    assert [(p.name, p.stat().st_size) for p in sorted(store.rglob("*"))] == [
+        ("big-model", 4096), ("config.json", 2), (weights.name, 600 * 2**30)]
+
+
+def test_a_model_not_in_the_store_yet_is_noted_in_the_checklist(lab_node, tmp_path):
+    inventory, _store = fit_inventory(tmp_path)
+    (_store / "big-model").rmdir()
+    result = ansible_playbook("playbooks/validate.yml", LAB_INVENTORY,
+                              args=["-i", str(inventory)], env=fit_env(tmp_path))
+    assert result.rc == 0, str(result)
+    todo = json.loads((tmp_path / "artifacts/latest/todo.json").read_text())
+    details = [i["details"] for i in todo["todos"] if i["play"].startswith("Validate the inv")]
+    assert details == ["ct286: big-model: model not in the store yet: fit not checked"], todo

@@ -15,6 +15,7 @@ package registries, so the build tools come through the controller wheelhouse.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -123,7 +124,12 @@ def test_converge_builds_with_the_cap(ct):
     result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars())
     assert result.rc == 0, str(result)
     assert result.changed > 0
-    assert "objects compiled" in result.output  # progress polls were shown
+    # progress polls were shown, counting the 5 compiles of build.ninja, not ninja's first step
+    assert re.search(r"sgl-kernel build on ct230 \(\S+\): compiled [0-5]/5", result.output)
+    assert "objects compiled" not in result.output
+    # the built library's cubins, read with the toolchain's cuobjdump (no GPU here: reported)
+    assert "sgl_kernel cubins (cuobjdump; no GPU, reported only): " in result.output
+    assert "sm100/common_ops sm_120a" in result.output
     jobs = stamp(ct)["build"]["jobs"]
     assert jobs == 2, stamp(ct)  # 2 CPUs in a lab container
     assert max_concurrent(ct) == jobs  # parallel, and never more than the cap
@@ -166,10 +172,32 @@ def test_a_configured_build_for_another_architecture_stops_before_compiling(ct):
 
 def test_rerun_skips_the_build(ct):
     before = sh(ct, f"stat -c %Y {STAMP}")
-    result = ct.run_playbook(PLAYBOOK, extra_vars=fixture_vars())
+    # an SM120 GPU (given, the lab has none): the build holds its architecture
+    result = ct.run_playbook(
+        PLAYBOOK, extra_vars=fixture_vars(sglang_kernel_gpu_compute_caps=["12.0"])
+    )
     assert result.rc == 0, str(result)
     assert result.changed == 0, str(result)
     assert sh(ct, f"stat -c %Y {STAMP}") == before
+    assert "sgl_kernel common_ops: sm_120a present (sm100/common_ops: " in result.output
+
+
+def test_a_gpu_architecture_the_build_lacks_fails_naming_library_and_gpu(ct):
+    """The check alone, with the toolchain's cuobjdump (nvidia-cuda-cuobjdump's wheel), for an
+    H200 (9.0) beside the SM120-only build."""
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible"), ct.name, "-i", str(ct.inventory),
+         "-m", "sglang_lxc.serving.sglang_kernel_cubins",
+         "-a", json.dumps({"python": f"{VENV}/bin/python", "cuda_env_file": "/etc/sglang/cuda.env",
+                           "gpu_compute_caps": ["9.0"]})],
+        cwd=REPO, env=lab_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    flat = " ".join(proc.stdout.replace("''", "'").split())  # YAML's quoting undone
+    assert proc.returncode != 0, flat
+    assert (
+        "sgl_kernel: the GPU's sm_90 is in no common_ops library: sm100/common_ops holds sm_120a"
+    ) in flat
+    assert "/opt/sglang/cuda/current/nvidia/cu13/bin/cuobjdump" in flat
 
 
 def test_check_mode_changes_nothing(ct):

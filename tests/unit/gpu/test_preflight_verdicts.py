@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from gpu_helpers import gpu_nvml, gpu_preflight, nvml, trainer_tree
 
+ROOT = Path(__file__).resolve().parents[3]
 CHECKS = {
     "expected_count": 8,
     "compute_capabilities": ["12.0"],
@@ -13,7 +17,7 @@ CHECKS = {
     "libcuda": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
     "model_store_path": "/srv/models",
     "model_store_min_free_gib": 600,
-    "build": {"jobs": 20, "threads": 1, "gib_per_thread": 4, "reserve_gib": 8},
+    "build": {"from_source": True, "jobs": 20, "threads": 1, "gib_per_thread": 4, "reserve_gib": 8},
 }
 HOST_OK = {
     "memory_total_mib": 512 * 1024,
@@ -155,6 +159,52 @@ def test_build_memory(fake_proc, available_gib, status, fit):
     assert (mem["fix"] is None) == (status == "pass")
 
 
+def example_build_checks(from_source: bool) -> dict:
+    """The build checks inventory/example's preflight gets: its group_vars, the role's defaults."""
+    defaults = yaml.safe_load((ROOT / "roles/gpu_facts/defaults/main.yml").read_text())
+    example = yaml.safe_load(
+        (ROOT / "inventory/example/group_vars/sglang_servers/gpu.yml").read_text()
+    )
+    merged = {**defaults, **example, "gpu_facts_build_from_source": from_source}
+    return {
+        key: merged[f"gpu_facts_build_{key}"]
+        for key in ("from_source", "jobs", "threads", "gib_per_thread", "reserve_gib")
+    }
+
+
+def test_example_wheel_install_has_no_build_memory_check(fake_proc):
+    """inventory/example keeps the lock's wheel: nothing is compiled, no memory is asked."""
+    host = {**HOST_OK, "memory_available_mib": 24 * 1024, "cpus": 16}
+    checks = {**CHECKS, "build": example_build_checks(False)}
+    mem = by_check(
+        gpu_preflight.gpu_preflight_verdicts(facts_for("h200_idle", fake_proc, host), checks)
+    )["build_memory"]
+    assert mem["status"] == "skip"
+    assert mem["detail"].startswith("no source build (sglang_kernel_from_source: false)")
+
+
+def test_source_build_on_24_gib_asks_16_gib_per_thread(fake_proc):
+    host = {**HOST_OK, "memory_available_mib": 24 * 1024, "cpus": 16}
+    for build in (example_build_checks(True), {"from_source": True}):  # example; role defaults
+        mem = by_check(
+            gpu_preflight.gpu_preflight_verdicts(
+                facts_for("h200_idle", fake_proc, host), {**CHECKS, "build": build}
+            )
+        )["build_memory"]
+        assert "x 16.0 GiB (the measured peak of one nvcc thread, docs/build-caps.md)" in (
+            mem["detail"]
+        )
+        assert "1 job(s) fit, the build runs 1 (MAX_JOBS=1)" in mem["detail"]
+    # the example asks for the seed's 20 jobs: one fits, so it warns; the role's default asks one
+    assert example_build_checks(True)["jobs"] == 20
+    defaults = by_check(
+        gpu_preflight.gpu_preflight_verdicts(
+            facts_for("h200_idle", fake_proc, host), {**CHECKS, "build": {"from_source": True}}
+        )
+    )["build_memory"]
+    assert defaults["status"] == "pass"
+
+
 def test_build_jobs_that_fit_matches_the_seed_cap():
     # the seed's build survived with 20 jobs: ~90 GiB available, 4 GiB per job, 8 GiB reserve
     assert gpu_preflight.build_jobs_that_fit(90 * 1024, 8, 4, 1) == 20
@@ -176,6 +226,13 @@ def test_summary(fake_proc):
         facts_for("no_driver_library", fake_proc), {**CHECKS, "expected_count": 0}
     )
     assert gpu_preflight.gpu_preflight_summary(lab) == "2 pass, 6 skip (no GPU)"
+    wheel = gpu_preflight.gpu_preflight_verdicts(
+        facts_for("no_driver_library", fake_proc),
+        {**CHECKS, "expected_count": 0, "build": {"from_source": False, "jobs": 20}},
+    )
+    assert gpu_preflight.gpu_preflight_summary(wheel) == (
+        "1 pass, 7 skip (no GPU; build_memory: no source build)"
+    )
     h200 = gpu_preflight.gpu_preflight_verdicts(facts_for("h200_idle", fake_proc), CHECKS)
     assert gpu_preflight.gpu_preflight_summary(h200) == (
         "3 fail (gpu_count, compute_capability, driver), 5 pass"

@@ -63,6 +63,15 @@ def test_incomplete_release_and_off_version_override():
     assert len(out) == 2
 
 
+def test_cuobjdump_is_on_the_releases_major():
+    for version, reader in DEFAULTS["cuda_toolkit_cuobjdump_versions"].items():
+        assert cuda.cuda_toolkit_problems(settings(version=version, cuobjdump=reader)) == []
+    assert cuda.cuda_toolkit_problems(settings(cuobjdump="12.9.86")) == [
+        "cuda_toolkit_cuobjdump_versions['13.0'] is '12.9.86', not on CUDA 13: cuobjdump reads "
+        "the cubins of its own major."
+    ]
+
+
 def test_paths_and_system_root():
     out = cuda.cuda_toolkit_problems(settings(
         source="system", system_root="usr/local/cuda",

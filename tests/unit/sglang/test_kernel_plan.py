@@ -246,3 +246,40 @@ def test_probe_asks_the_venvs_own_python():
     assert found["installed"] == pytest.__version__
     missing = probe.venv_versions("/nonexistent/bin/python", "pytest")
     assert missing == {"python": None, "torch": None, "installed": None}
+
+
+def test_progress_counts_the_configured_compiles_from_ninjas_own_log(tmp_path):
+    """Real ninja: its first step (a re-check like CMake's glob check) is not a compile; the
+    progress counts the compiles the configured build.ninja holds, from .ninja_log."""
+    units = ["csrc/gemm/fp8_gemm_kernel.cu", "csrc/elementwise/activation.cu", "csrc/moe/a.cu"]
+    outputs = [f"CMakeFiles/common_ops_sm100_build.dir/{u}.o" for u in units]
+    lines = [
+        "rule recheck\n  command = sleep 0.05 && touch $out\n  description = Re-checking globbed",
+        "rule cc\n  command = sleep 0.1 && touch $out",
+        "build globs.stamp: recheck",
+    ]
+    lines += [f"build {o}: cc || globs.stamp" for o in outputs[:2]]  # the third not yet run
+    (tmp_path / "build.ninja").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        ["ninja", "-j1", *outputs[:2]], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert "[1/3] Re-checking globbed" in done.stdout  # what the old progress line counted
+    log = (tmp_path / ".ninja_log").read_text()
+    configured = {"nvcc_commands": 3, "compile_outputs": outputs}
+    line = kbuild.compile_progress(configured, log, 2, done.stdout)
+    assert line.startswith("compiled 2/3, last: csrc/elementwise/activation.cu; 0m00s per unit")
+    assert line.endswith("left at 2 job(s)")
+    assert kbuild.compile_progress(configured, "# ninja log v5\n", 2, "") == (
+        "compiled 0/3; first units running, no time per unit yet"
+    )
+    # before configure (no configured.json yet): the log's last line
+    assert kbuild.compile_progress({}, "", 2, "-- Configuring done") == "last: -- Configuring done"
+    full = log + "0\t714000\t0\t" + outputs[2] + "\tx\n"
+    assert kbuild.compile_progress(configured, full, 2, "") == (
+        "compiled 3/3, last: csrc/moe/a.cu; linking"
+    )
+    # the time per unit is measured: 714 s for the third (an fp8 GEMM's CPU time)
+    two = log.replace(outputs[1], "other.o") + "0\t600000\t0\t" + outputs[1] + "\tx\n"
+    assert "; 5m00s per unit, about 2m30s left at 2 job(s)" in kbuild.compile_progress(
+        configured, two, 2, ""
+    )

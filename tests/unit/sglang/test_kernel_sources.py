@@ -7,6 +7,7 @@ Real git, real repositories (tests/kernel_fixture.py), no network.
 from __future__ import annotations
 
 import os
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -91,6 +92,33 @@ def test_a_missing_dependency_names_repository_commit_and_folder(tmp_path):
     assert f"{URL_PREFIX}fixture-headers.git at {headers['ref']}" in message
     assert f"Fill {cache}/deps/repo-fixture-headers-{headers['ref']} with the files" in message
     assert "(CMakeLists.txt:26)" in message  # the tree's line: the copy keeps them
+
+
+def test_a_corrupt_mirror_is_named_by_the_remote_lines_and_the_last_fatal(tmp_path):
+    """A blob missing on the serving side: the remote's line says why, not 'bad pack header'."""
+    dest = tmp_path / "repos"
+    commits = make_dep_repos(dest)
+    bare = dest / "fixture-headers.git"
+    path = f"{commits['fixture-headers']}:include/fixture_headers/math.cuh"
+    blob = subprocess.run(
+        ["git", "-C", str(bare), "rev-parse", path], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (bare / "objects" / blob[:2] / blob[2:]).unlink()
+    cache = tmp_path / "cache"
+    copy = cache / "build-copies" / "x"
+    sources.make_build_copy(str(FIXTURE), str(copy), ["12.0"], [])
+    env = rewrites.git_url_rewrite_env(url_rewrites(dest))
+    found = sources.collect(str(copy), str(cache), env, fetch=True)
+    headers = next(m for m in found["missing"] if m["name"] == "repo-fixture-headers")
+    assert f"remote: fatal: unable to read {blob}" in headers["error"]
+    said = headers["error"].split(" / ")
+    # the remote's lines, then git's last fatal (upload-pack's and the client's come in either
+    # order: two processes write them)
+    assert said[0] == f"remote: fatal: unable to read {blob}"
+    assert "remote: aborting due to possible repository corruption on the remote side." in said
+    assert said[-1].startswith("fatal: ") and len(said) == 3, said
+    assert "\x00" not in headers["error"]
+    assert f"unable to read {blob}" in sources.missing_message(found["missing"])
 
 
 def test_rewrites_are_gits_own_insteadof():

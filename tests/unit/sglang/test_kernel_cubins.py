@@ -1,0 +1,74 @@
+"""The installed sgl_kernel's cubin architectures (plugins/modules/sglang_kernel_cubins.py): what
+``cuobjdump --list-elf`` prints (the lines below are its output on the lock's sglang-kernel
+0.4.2.post2, nvidia-cuda-cuobjdump 13.2.86), and the verdict for a GPU. The lab runs the module
+with the toolchain's cuobjdump (tests/integration/sglang/test_kernel_build_lab.py).
+"""
+
+from __future__ import annotations
+
+from tests.loaders import ROOT, load_file
+
+cubins = load_file("sglang_kernel_cubins_module", ROOT / "plugins/modules/sglang_kernel_cubins.py")
+
+ARCHS = ["sm_90", "sm_80", "sm_89", "sm_100a", "sm_120a", "sm_103a", "sm_90a"]
+
+
+def listing(stem: str, archs: list[str], per_arch: int) -> str:
+    lines, n = [], 0
+    for _ in range(per_arch):
+        for arch in archs:
+            n += 1
+            lines.append(f"ELF file {n:>4}: {stem}.{n}.{arch}.cubin")
+    return "\n".join(lines) + "\n"
+
+
+def lock_wheel() -> dict:
+    return {
+        "sm100/common_ops": cubins.list_elf(listing("common_ops.abi3", ARCHS, 56)),
+        "sm90/common_ops": cubins.list_elf(listing("common_ops.abi3", ARCHS, 56)),
+        "flash_ops": cubins.list_elf(listing("flash_ops.abi3", ["sm_80", "sm_86", "sm_90a"], 3)),
+        "spatial_ops": cubins.list_elf(listing("spatial_ops.abi3", ARCHS, 1)),
+    }
+
+
+def test_list_elf_counts_cubins_per_architecture():
+    text = (
+        "ELF file    1: common_ops.abi3.1.sm_90.cubin\n"
+        "ELF file    2: common_ops.abi3.2.sm_120a.cubin\n"
+    )
+    assert cubins.list_elf(text) == {"sm_90": 1, "sm_120a": 1}
+    assert cubins.list_elf(listing("common_ops.abi3", ARCHS, 56))["sm_120a"] == 56
+    assert cubins.list_elf("cuobjdump info    : File 'x' does not contain device code") == {}
+    assert cubins.SUFFIX.sub("", "sm100/common_ops.abi3.so") == "sm100/common_ops"
+    assert cubins.SUFFIX.sub("", "_mscclpp.cpython-310-x86_64-linux-gnu.so") == "_mscclpp"
+    assert cubins.gpu_arch("12.0") == "sm_120" and cubins.gpu_arch("9.0") == "sm_90"
+
+
+def test_the_lock_wheel_on_sm120_has_its_architecture():
+    verdict = cubins.judge(lock_wheel(), ["sm_120"], ["common_ops"], "sgl_kernel")
+    assert verdict["problems"] == []
+    assert verdict["summary"] == (
+        "sgl_kernel common_ops: sm_120a present (sm100/common_ops: 56 cubins, "
+        "sm90/common_ops: 56 cubins)"
+    )
+
+
+def test_a_gpu_architecture_no_common_ops_holds_fails_naming_library_and_gpu():
+    sm120_only = {"sm100/common_ops": {"sm_120a": 64}, "spatial_ops": {"sm_120a": 1}}
+    verdict = cubins.judge(sm120_only, ["sm_90"], ["common_ops"], "sgl_kernel")
+    assert verdict["problems"] == [
+        "sgl_kernel: the GPU's sm_90 is in no common_ops library: sm100/common_ops holds sm_120a "
+        "(cuobjdump --list-elf)"
+    ]
+    mixed = cubins.judge(sm120_only, ["sm_120", "sm_90"], ["common_ops"], "sgl_kernel")
+    assert mixed["summary"].startswith("sgl_kernel common_ops: sm_120a present")
+    assert len(mixed["problems"]) == 1
+
+
+def test_without_a_gpu_it_reports_every_library():
+    verdict = cubins.judge(lock_wheel(), [], ["common_ops"], "sgl_kernel")
+    assert verdict["problems"] == []
+    assert verdict["summary"].startswith(
+        "sgl_kernel cubins (cuobjdump; no GPU, reported only): flash_ops sm_80 sm_86 sm_90a; "
+        "sm100/common_ops sm_80 sm_89 sm_90 sm_90a sm_100a sm_103a sm_120a;"
+    )
