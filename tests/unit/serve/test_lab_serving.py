@@ -34,6 +34,7 @@ def test_ct200_serves_two_cpu_instances_that_fit_its_memory():
     memory = load(LAB / "group_vars/proxmox_nodes/proxmox_lxc.yml")[
         "proxmox_lxc_container_defaults"
     ]["memory"]
-    assert memory >= len(instances) * defaults["sglang_serve_cpu_instance_mib"] + 512
+    # sglang::router peaked at 977,502,208 bytes (932 MiB) beside them; 512 MiB for the rest
+    assert memory >= len(instances) * defaults["sglang_serve_cpu_instance_mib"] + 932 + 512
     assert host["sglang_router_enabled"] is True
     assert host["sglang_serve_model_path"] == load(LAB / "group_vars/all/lab.yml")["lab_model_name"]
