@@ -34,6 +34,7 @@ EAGLE3_KEYS = (
 )
 # Per-instance overrides of role-wide settings (key in an instance == suffix of the role variable).
 OVERRIDABLE = (
+    "device",
     "host",
     "model_path",
     "served_model_name",
@@ -45,7 +46,13 @@ OVERRIDABLE = (
     "multithread_load_threads",
     "enable_metrics",
     "extra_args",
+    "sleep_on_idle",
 )
+DEVICES = ("cuda", "cpu")
+# Attention backends SGLang 0.5.12 runs on a CPU device (server_args.py, ATTENTION_BACKEND_CHOICES):
+# torch_native everywhere, intel_amx on CPUs with AMX; every other backend needs a GPU.
+CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
+CPU_LIB_DIR = "/usr/local/libexec/sglang/cpu-lib"  # sglang_serve_cpu_lib_dir's default
 # Options that carry a secret: never on a command line (the role's --config file holds them).
 SECRET_OPTIONS = ("--api-key", "--admin-api-key")
 INSTANCE_KEYS = frozenset({"name", "gpus", "port", "tp", "env", *OVERRIDABLE})
@@ -65,6 +72,8 @@ SETTINGS = (
     "home",
     "model_store",
     "allow_model_outside_store",
+    "cpu_libcuda_stub",
+    "cpu_lib_dir",
 )
 
 
@@ -163,12 +172,22 @@ def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str
                     + (f" (did you mean {', '.join(hints)}?)" if hints else "")
                     + f" (allowed: {', '.join(sorted(INSTANCE_KEYS))})"
                 )
-            if "name" not in item or "gpus" not in item:
-                raise ServeConfigError(f"{where} needs both 'name' and 'gpus'")
+            cpu = _device(settings, item, where) == "cpu"
+            if "name" not in item or ("gpus" not in item and not cpu):
+                raise ServeConfigError(
+                    f"{where} needs both 'name' and 'gpus' (a CPU instance, device: cpu, "
+                    "needs only 'name')"
+                )
             raw = dict(item)
             raw["__where"] = f"{where} ({item['name']})"
+            raw["__index"] = index
             raws.append(raw)
         return raws
+    if _device(settings, {}, "sglang_serve_device") == "cpu":
+        raise ServeConfigError(
+            "sglang_serve_device = cpu needs explicit sglang_serve_instances (name, optional "
+            "port), with no GPUs: per-GPU mode has no GPUs to count on a CPU"
+        )
     gpus = settings.get("gpus") or list(range(gpu_count))
     if not gpus:
         raise ServeConfigError(
@@ -182,6 +201,47 @@ def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str
             {"name": f"gpu{index}", "gpus": [index], "__where": f"sglang_serve_gpus ({gpu})"}
         )
     return raws
+
+
+def _device(settings: Mapping[str, Any], item: Mapping[str, Any], where: str) -> str:
+    """``cuda`` or ``cpu``: the instance's ``device``, else ``sglang_serve_device``."""
+    value = item.get("device") if item.get("device") is not None else settings.get("device")
+    var = f"{where}.device" if item.get("device") is not None else "sglang_serve_device"
+    device = value or "cuda"
+    if device not in DEVICES:
+        raise ServeConfigError(f"{var} must be one of {', '.join(DEVICES)}, got {device!r}")
+    return str(device)
+
+
+def _stub_dirs(settings: Mapping[str, Any]) -> set[str]:
+    """Folders that hold the toolkit's libcuda stub (its own and the private one)."""
+    dirs = {posixpath.normpath(str(settings.get("cpu_lib_dir") or CPU_LIB_DIR))}
+    stub = settings.get("cpu_libcuda_stub")
+    if stub:
+        dirs.add(posixpath.dirname(posixpath.normpath(str(stub))))
+    return dirs
+
+
+def _check_no_stub(
+    settings: Mapping[str, Any], raw: Mapping[str, Any], env: Mapping[str, str]
+) -> None:
+    """A GPU instance must never see the libcuda stub: it would hide the driver's libcuda.so.1."""
+    stubs = _stub_dirs(settings)
+    for key in ("LD_LIBRARY_PATH", "LD_PRELOAD"):
+        for entry in str(env.get(key, "")).replace(" ", ":").split(":"):
+            if not entry:
+                continue
+            path = posixpath.normpath(entry)
+            folder = path if key == "LD_LIBRARY_PATH" else posixpath.dirname(path)
+            if folder in stubs or "stubs" in path.split("/"):
+                where = (
+                    f"{raw['__where']}.env" if key in (raw.get("env") or {}) else "sglang_serve_env"
+                )
+                raise ServeConfigError(
+                    f"{where}: {key} = {env[key]} holds the libcuda stub ({entry}) on a GPU "
+                    "instance: on a GPU host it would hide the driver's libcuda.so.1. Remove it; "
+                    "only CPU instances (device: cpu) get the stub, in their own folder"
+                )
 
 
 def _eagle3_args(settings: Mapping[str, Any], raw: Mapping[str, Any]) -> list[str]:
@@ -228,10 +288,22 @@ def _resolve(
             f"{where}: instance name {name!r} must match {INSTANCE_NAME.pattern} "
             "(it becomes the systemd instance sglang@<name>)"
         )
-    gpus_value = raw["gpus"]
-    if _is_int(gpus_value):
+    device = _device(settings, raw, where)
+    device_var = f"{where}.device" if raw.get("device") is not None else "sglang_serve_device"
+    cpu = device == "cpu"
+    gpus_value = raw.get("gpus")
+    if cpu and gpus_value not in (None, [], ""):
+        raise ServeConfigError(
+            f"{where}: a CPU instance ({device_var} = cpu) takes no GPUs, got gpus "
+            f"{gpus_value!r}: remove its gpus, or serve it with device: cuda"
+        )
+    if cpu:
+        gpus_value = []
+    elif _is_int(gpus_value):
         gpus_value = [gpus_value]
-    if not isinstance(gpus_value, Sequence) or isinstance(gpus_value, str) or not gpus_value:
+    if not cpu and (
+        not isinstance(gpus_value, Sequence) or isinstance(gpus_value, str) or not gpus_value
+    ):
         raise ServeConfigError(f"{where}.gpus must be a non-empty list of GPU indexes")
     gpus = [_as_int(g, f"{where}.gpus") for g in gpus_value]
     for gpu in gpus:
@@ -244,12 +316,14 @@ def _resolve(
     if len(set(gpus)) != len(gpus):
         raise ServeConfigError(f"{where}.gpus lists a GPU twice: {gpus}")
 
-    tp = _as_int(raw.get("tp", len(gpus)), f"{where}.tp")
-    if tp < 1 or len(gpus) % tp:
+    tp = _as_int(raw.get("tp", len(gpus) or 1), f"{where}.tp")
+    if tp < 1 or (not cpu and len(gpus) % tp):
         raise ServeConfigError(f"{where}.tp = {tp} must divide the {len(gpus)} GPUs it is given")
 
     base = _as_int(settings.get("port_base", 30000), "sglang_serve_port_base")
-    port = _as_int(raw.get("port", base + gpus[0]), f"{where}.port")
+    # a CPU instance without a port takes the base + its place in sglang_serve_instances
+    first = raw.get("__index", 0) if cpu else gpus[0]
+    port = _as_int(raw.get("port", base + first), f"{where}.port")
     if not 1 <= port <= 65535:
         raise ServeConfigError(f"{where}: port {port} outside 1-65535 (sglang_serve_port_base?)")
 
@@ -269,6 +343,12 @@ def _resolve(
     served = _check_text(served or model_path.rstrip("/").rsplit("/", 1)[-1], served_var)
 
     backend, backend_var = _setting(settings, raw, "attention_backend")
+    if cpu and backend not in CPU_ATTENTION_BACKENDS:
+        raise ServeConfigError(
+            f"{backend_var} = {backend or '(none)'} does not run on a CPU instance "
+            f"({device_var} = cpu): it needs a GPU. Fix: set {backend_var} to one of "
+            f"{', '.join(CPU_ATTENTION_BACKENDS)} (torch_native runs on any CPU)"
+        )
     argv: list[str] = []
     argv_from: list[str] = []  # the variable each argument came from, for error messages
 
@@ -284,6 +364,8 @@ def _resolve(
     explicit = where.startswith("sglang_serve_instances[")
     tp_var = f"{where}.tp" if "tp" in raw else f"{where}.gpus" if explicit else "sglang_serve_gpus"
     add(tp_var, "--tp", str(tp))
+    if cpu:
+        add(device_var, "--device", "cpu")
     if backend:
         add(backend_var, "--attention-backend", _check_text(backend, backend_var))
 
@@ -317,6 +399,10 @@ def _resolve(
     if metrics:
         add(metrics_var, "--enable-metrics")
 
+    sleep, sleep_var = _setting(settings, raw, "sleep_on_idle")
+    if sleep:
+        add(sleep_var, "--sleep-on-idle")
+
     eagle3 = _eagle3_args(settings, raw)
     add(_setting(settings, raw, "eagle3_draft_model_path")[1], *eagle3)
 
@@ -338,15 +424,21 @@ def _resolve(
             "file, and SGLang takes only one"
         )
 
-    env = _environment(settings, raw, gpus)
-    devices = [f"/dev/nvidia{gpu}" for gpu in gpus] + [
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-    ]
+    env = _environment(settings, raw, gpus, cpu)
+    devices = (
+        []
+        if cpu
+        else [f"/dev/nvidia{gpu}" for gpu in gpus]
+        + [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+        ]
+    )
     return {
         "name": name,
         "unit": f"sglang@{name}.service",
+        "device": device,
         "gpus": gpus,
         "tp": tp,
         "port": port,
@@ -362,7 +454,7 @@ def _resolve(
 
 
 def _environment(
-    settings: Mapping[str, Any], raw: Mapping[str, Any], gpus: list[int]
+    settings: Mapping[str, Any], raw: Mapping[str, Any], gpus: list[int], cpu: bool = False
 ) -> dict[str, str]:
     cache = str(settings.get("cache_dir") or "/var/cache/sglang")
     # Compiled kernels are tied to the CUDA version they were built with (a CUDA 13 flashinfer
@@ -396,6 +488,15 @@ def _environment(
             if not isinstance(key, str) or not ENV_NAME.match(key):
                 raise ServeConfigError(f"{where}: {key!r} is not a valid environment name")
             env[key] = _check_text(str(value), f"{where}.{key}")
+    if not cpu:
+        _check_no_stub(settings, raw, env)
+        return env
+    # SGLang's CPU engine (is_cpu() reads it); sgl_kernel's common_ops needs libcuda.so.1 to
+    # import even on CPU, which the toolkit's stub, linked in this private folder, provides.
+    private = posixpath.normpath(str(settings.get("cpu_lib_dir") or CPU_LIB_DIR))
+    env["SGLANG_USE_CPU_ENGINE"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (private, env.get("LD_LIBRARY_PATH", "")) if p)
     return env
 
 
@@ -457,8 +558,9 @@ def sglang_serve_endpoints(instances: Sequence[Mapping[str, Any]]) -> list[str]:
 def sglang_serve_describe(instance: Mapping[str, Any]) -> str:
     """One line per instance: unit, GPUs, address, model."""
     gpus = ",".join(str(g) for g in instance["gpus"])
+    where = "CPU" if instance.get("device") == "cpu" else f"GPU {gpus}"
     return (
-        f"{instance['unit']}: GPU {gpus} (tp {instance['tp']}), "
+        f"{instance['unit']}: {where} (tp {instance['tp']}), "
         f"{instance['host']}:{instance['port']}, {instance['served_model_name']}"
     )
 

@@ -248,12 +248,18 @@ def outcome_of(states: list[str], elapsed: float, timeout: float) -> str:
     return "waiting"
 
 
+def where(instance: dict[str, Any]) -> str:
+    """``GPU 0,1`` or ``CPU`` (an instance with no GPUs runs on SGLang's CPU engine)."""
+    gpus = ",".join(map(str, instance.get("gpus") or []))
+    return f"GPU {gpus}" if gpus else "CPU"
+
+
 def render_table(rows: list[dict[str, Any]]) -> list[str]:
     header = ["INSTANCE", "GPU", "PORT", "MEMORY", "HTTP", "STATE", "LOAD"]
     body = [
         [
             r["name"],
-            ",".join(str(g) for g in r["gpus"]),
+            ",".join(str(g) for g in r["gpus"]) or "cpu",
             str(r["port"]),
             format_mib(r.get("memory_mib")),
             str(r.get("http_status") or "-"),
@@ -341,7 +347,7 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         }
         label = record.get("label") if record["state"] == "loading" else None
         line = (
-            f"  {instance['unit']} (GPU {','.join(map(str, instance['gpus']))}, "
+            f"  {instance['unit']} ({where(instance)}, "
             f"port {instance['port']}): {label or record['state']} for "
             f"{format_elapsed(row['elapsed'])} - {record['detail']}"
         )

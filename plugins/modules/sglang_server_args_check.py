@@ -41,6 +41,15 @@ options:
       refuses it.
     type: dict
     default: {}
+  cache_dir:
+    description:
+      - Folder (root-only) of accepted verdicts. A verdict is kept under a hash of every
+        instance's arguments, the config options (hashed, never stored) and the release the
+        O(python) resolves to (its real path), so a rerun with the same arguments and the same
+        release skips the parse (about a minute of CPU); a new release or any changed argument
+        parses again. Refusals are never cached. Empty turns the cache off.
+    type: path
+    default: ''
   timeout:
     description: Seconds the parse may take (the import of SGLang included).
     type: float
@@ -75,8 +84,13 @@ seconds:
   description: Seconds the whole check took.
   type: float
   returned: always
+cached:
+  description: True when an accepted verdict for the same arguments and release was reused.
+  type: bool
+  returned: always
 """
 
+import hashlib
 import json
 import os
 import re
@@ -184,6 +198,43 @@ def refusal_message(
     )
 
 
+def verdict_key(params: dict[str, Any]) -> str:
+    """Hash of what the parser's verdict depends on: the arguments, the config options and the
+    release (the venv's real path names it: /opt/sglang/venvs/<version>-<digest>)."""
+    release = os.path.realpath(os.path.dirname(os.path.dirname(params["python"])))
+    payload = {
+        "release": release,
+        "argv": [[str(a) for a in i.get("argv", [])] for i in params["instances"]],
+        "config": params.get("config") or {},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def cached_verdict(params: dict[str, Any]) -> dict[str, Any] | None:
+    folder = params.get("cache_dir") or ""
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(folder, verdict_key(params) + ".json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def keep_verdict(params: dict[str, Any], result: dict[str, Any]) -> None:
+    folder = params.get("cache_dir") or ""
+    if not folder or result.get("failed"):
+        return
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, verdict_key(params) + ".json")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"results": result["results"], "msg": result["msg"]}, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next parse
+
+
 def run_check(params: dict[str, Any]) -> dict[str, Any]:
     instances = params["instances"]
     payload = {
@@ -252,6 +303,7 @@ def main() -> None:
             "instances": {"type": "list", "elements": "dict", "required": True},
             "config": {"type": "dict", "default": {}, "no_log": True},
             "config_vars": {"type": "dict", "default": {}},
+            "cache_dir": {"type": "path", "default": ""},
             "timeout": {"type": "float", "default": 120.0},
         },
         supports_check_mode=True,
@@ -265,7 +317,15 @@ def main() -> None:
             seconds=0.0,
             msg=f"{module.params['python']} is not there yet (check mode): arguments not parsed",
         )
+    started = time.monotonic()
+    kept = cached_verdict(module.params)
+    if kept is not None:
+        module.exit_json(changed=False, cached=True, results=kept["results"],
+                         msg=kept["msg"] + " (cached verdict: same arguments, same release)",
+                         seconds=round(time.monotonic() - started, 3))
     result = run_check(module.params)
+    result["cached"] = False
+    keep_verdict(module.params, result)
     if result.pop("failed", False):
         module.fail_json(**result)
     module.exit_json(**result)

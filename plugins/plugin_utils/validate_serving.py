@@ -1,6 +1,11 @@
 """The serving container's own inputs: the instances as sglang_serve will expand them, the
 play-level paths and GPU count, and the drain settings.
 
+The instances' checks are the sglang_serve filter's own, so the role and this pass refuse the
+same things; among them the CPU serving mode's (sglang_serve_device: cpu): GPU indexes on a CPU
+instance, a GPU-only attention backend on one, and the libcuda stub on a GPU instance's
+LD_LIBRARY_PATH or LD_PRELOAD (it would hide the driver).
+
 Part of the validation pass (action ``sglang_lxc_validate``); unit-tested in tests/unit/validate.
 """
 
@@ -34,6 +39,8 @@ def serve_problems(
     count = values.get("sglang_serve_gpu_count")
     if count is None:
         count = gpu_count
+    if count is None and values.get("sglang_serve_device") == "cpu":
+        count = 0  # CPU instances take no GPUs: their checks need no GPU count
     if count is None:
         return [], []
     try:

@@ -98,15 +98,15 @@ class State:
         self.args = args
         self.ready = False
 
+    def worker_healthy(self, url: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
     def router_ready(self) -> bool:
-        for url in self.args.worker_urls or []:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return True
-            except OSError:
-                continue
-        return False
+        return any(self.worker_healthy(url) for url in self.args.worker_urls or [])
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -128,7 +128,13 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             if args.worker_urls is not None:
                 ok = state.router_ready()
-                if path in ("/health", "/readiness", "/liveness"):
+                if path == "/workers":  # the shape sglang-router 0.3.2 answers (trimmed)
+                    workers = [
+                        {"url": url, "is_healthy": state.worker_healthy(url)}
+                        for url in args.worker_urls
+                    ]
+                    self.reply(200, {"workers": workers, "total": len(workers)})
+                elif path in ("/health", "/readiness", "/liveness"):
                     self.reply(
                         200 if ok else 503, {"workers": args.worker_urls, "policy": args.policy}
                     )

@@ -369,7 +369,7 @@ def test_router_in_front(ct):
         sglang_router_policy="round_robin",
     )
     assert result.rc == 0, str(result)
-    assert "is ready" in result.output
+    assert "is ready: 3/3 workers healthy" in " ".join(result.output.split())
     assert http(ct, 30080, "/readiness") == "200"
     unit = sh(ct, "systemctl cat sglang-router.service")
     assert "--policy round_robin" in unit

@@ -103,3 +103,52 @@ def test_the_deploy_record_holds_what_runs_not_where_it_came_from():
     assert per_gpu[0]["argv_from"] != explicit[0]["argv_from"]
     assert serve_filter.sglang_serve_deployed(per_gpu) == serve_filter.sglang_serve_deployed(
         explicit)
+
+
+def fake_venv(tmp_path, name):
+    """A venv whose python answers as the parse script does, counting its runs."""
+    release = tmp_path / "venvs" / name / "bin"
+    release.mkdir(parents=True)
+    python = release / "python"
+    python.write_text(
+        "#!/bin/sh\ncat > /dev/null\necho run >> \"$(dirname \"$0\")/runs\"\n"
+        "echo '{\"results\": [{\"name\": \"gpu0\", \"ok\": true}], \"import_seconds\": 1}'\n"
+    )
+    python.chmod(0o755)
+    link = tmp_path / "venv"
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(release.parent)
+    return str(link / "bin" / "python"), release / "runs"
+
+
+def verdict(params):
+    kept = check.cached_verdict(params)
+    if kept is not None:
+        return "cached"
+    result = check.run_check(params)
+    check.keep_verdict(params, result)
+    return "failed" if result.get("failed") else "parsed"
+
+
+def test_an_accepted_verdict_is_kept_by_arguments_and_release(tmp_path):
+    python, runs = fake_venv(tmp_path, "0.5.12-aaaa")
+    params = {"python": python, "instances": [instance()], "config": {"api-key": "sk-secret-9"},
+              "cache_dir": str(tmp_path / "cache"), "timeout": 10}
+    assert verdict(params) == "parsed"
+    assert verdict(params) == "cached"
+    assert runs.read_text().count("run") == 1
+    assert "sk-secret-9" not in "".join(p.read_text() for p in (tmp_path / "cache").iterdir())
+    assert verdict({**params, "config": {"api-key": "other"}}) == "parsed"
+    assert verdict({**params, "instances": [instance(mem_fraction_static=0.5)]}) == "parsed"
+    python2, runs2 = fake_venv(tmp_path, "0.5.13-bbbb")  # the same venv path, a new release
+    assert python2 == python
+    assert verdict(params) == "parsed"
+    assert runs2.read_text().count("run") == 1
+
+
+def test_a_refusal_is_never_kept(tmp_path):
+    params = {"python": sys.executable, "instances": [instance()], "config": {},
+              "cache_dir": str(tmp_path / "cache"), "timeout": 60}
+    assert verdict(params) == "failed"  # no SGLang in this python
+    assert not (tmp_path / "cache").exists()

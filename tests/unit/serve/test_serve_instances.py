@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from serve_helpers import serve_filter
@@ -193,3 +194,78 @@ def test_jit_caches_are_per_cuda_version_and_shared_by_every_instance():
 def test_cuda_version_must_be_major_minor():
     with pytest.raises(serve_filter.ServeConfigError, match="sglang_serve_cuda_version"):
         expand(settings(cuda_version="13"), 1)
+
+
+CPU = {"device": "cpu", "attention_backend": "torch_native"}
+
+
+def test_cpu_instances_have_no_gpus_and_the_cpu_engine():
+    pair = expand(settings(**CPU, instances=[{"name": "cpu0"}, {"name": "cpu1", "port": 31000}]), 0)
+    assert [(i["name"], i["port"], i["gpus"], i["devices"], i["tp"]) for i in pair] == [
+        ("cpu0", 30000, [], [], 1),
+        ("cpu1", 31000, [], [], 1),
+    ]
+    argv, env = pair[0]["argv"], pair[0]["env"]
+    assert argv[argv.index("--device") + 1] == "cpu"
+    assert argv[argv.index("--attention-backend") + 1] == "torch_native"
+    assert env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["LD_LIBRARY_PATH"] == "/usr/local/libexec/sglang/cpu-lib"
+    assert "CPU (tp 1)" in serve_filter.sglang_serve_describe(pair[0])
+
+
+def test_cpu_instance_keeps_its_own_library_path_after_the_stub_folder():
+    (one,) = expand(
+        settings(
+            **CPU, cpu_lib_dir="/x/lib", instances=[{"name": "c", "env": {"LD_LIBRARY_PATH": "/y"}}]
+        ),
+        0,
+    )
+    assert one["env"]["LD_LIBRARY_PATH"] == "/x/lib:/y"
+
+
+def test_gpu_instances_get_no_stub_and_no_cpu_engine():
+    (one,) = expand(settings(), 1)
+    assert "--device" not in one["argv"]
+    assert "SGLANG_USE_CPU_ENGINE" not in one["env"]
+    assert "LD_LIBRARY_PATH" not in one["env"]
+
+
+def test_device_per_instance_mixes_gpu_and_cpu():
+    mixed = expand(
+        settings(
+            instances=[
+                {"name": "g", "gpus": [0]},
+                {"name": "c", "device": "cpu", "attention_backend": "torch_native", "port": 31000},
+            ]
+        ),
+        1,
+    )
+    assert [i["device"] for i in mixed] == ["cuda", "cpu"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({**CPU, "instances": [{"name": "c", "gpus": [0]}]}, "takes no GPUs"),
+        ({"device": "cpu", "instances": [{"name": "c"}]}, "does not run on a CPU instance"),
+        ({"device": "tpu", "instances": [{"name": "c", "gpus": [0]}]}, "must be one of cuda, cpu"),
+        ({**CPU}, "needs explicit sglang_serve_instances"),
+        ({"env": {"LD_PRELOAD": "/opt/cuda/lib/stubs/libcuda.so"}}, "would hide the driver"),
+        (
+            {"cpu_libcuda_stub": "/t/stub/libcuda.so", "env": {"LD_LIBRARY_PATH": "/a:/t/stub"}},
+            "holds the libcuda stub (/t/stub)",
+        ),
+    ],
+    ids=["cpu-gpus", "cpu-flashinfer", "bad-device", "cpu-per-gpu", "preload-stub", "stub-dir"],
+)
+def test_cpu_mode_refusals(changes, words):
+    with pytest.raises(Error, match=re.escape(words)):
+        expand(settings(**changes), 2)
+
+
+def test_sleep_on_idle_is_an_argument():
+    (one,) = expand(settings(sleep_on_idle=True), 1)
+    assert "--sleep-on-idle" in one["argv"]
+    (two,) = expand(settings(sleep_on_idle=False), 1)
+    assert "--sleep-on-idle" not in two["argv"]

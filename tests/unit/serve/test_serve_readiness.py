@@ -368,3 +368,12 @@ def test_no_eta_while_only_the_libraries_are_read():
         record = classify(obs(read_bytes=20 * 10**6 * t, total_bytes=total), record, float(t), 900)
     assert record["progress"]["eta_s"] is None
     assert record["label"] == "loading 0% (1/547 GB, 20 MB/s)"
+
+
+def test_cpu_instances_say_cpu_where_gpus_would_be():
+    assert readiness.where({"gpus": [0, 1]}) == "GPU 0,1"
+    assert readiness.where({"gpus": [], "device": "cpu"}) == "CPU"
+    (_header, row) = readiness.render_table(
+        [{"name": "cpu0", "gpus": [], "port": 30000, "http_status": 200, "state": "healthy"}]
+    )
+    assert row.split()[:3] == ["cpu0", "cpu", "30000"]

@@ -16,7 +16,10 @@ from tests.loaders import ROOT, load_file
 ROLE = ROOT / "roles" / "sglang_serve"
 serve = load_file("sglang_serve_filter_settings", ROOT / "plugins" / "filter" / "sglang_serve.py")
 
-TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str, "list": list, "dict": dict}
+TYPES = {
+    "bool": bool, "int": int, "float": (int, float), "str": str, "path": str, "list": list,
+    "dict": dict,
+}
 
 
 def spec() -> dict:

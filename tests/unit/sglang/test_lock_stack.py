@@ -8,6 +8,7 @@ whether the pinned stack resolves for CPython 3.11, and that a conflicting pin f
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,13 @@ def test_default_lock_pins_the_seed_stack():
     assert pins["triton"] == "3.6.0"
     assert pins["nvidia-cuda-runtime"].startswith("13.0.")  # torch's CUDA is 13.0
     assert len(pins) > 150
+
+
+def test_default_lock_carries_the_router_with_its_hash():
+    """sglang-router installs like the rest of the stack (uv --require-hashes from the lock)."""
+    assert lock_stack.read_lock(DEFAULT)["sglang-router"] == "0.3.2"
+    line = next(x for x in DEFAULT.read_text().splitlines() if x.startswith("sglang-router=="))
+    assert re.search(r"# sha256:[0-9a-f]{64}$", line), line
 
 
 def test_default_lock_keeps_kernels_within_transformers_range():
