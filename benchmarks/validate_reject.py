@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
+from tests.lablib import fit_scenario  # noqa: E402  (the repository root is put on the path just above)
 
 
 def ct(num: int, **kw) -> dict:
@@ -52,28 +54,6 @@ MISTAKES = {
     "sglang_serve_gpu_count": 2,
     "sglang_serve_model_path": "../../etc",
 }
-
-
-def fit_inventory(folder: Path) -> tuple[list[str], dict[str, str]]:
-    """A second inventory source and the environment for the fit scenario."""
-    store = folder / "models"
-    (store / "big-model").mkdir(parents=True)
-    with open(store / "big-model/model-00001-of-00001.safetensors", "wb") as handle:
-        handle.truncate(600 * 2**30)
-    hosts = {"all": {"children": {
-        "proxmox_nodes": {"hosts": {"localhost": {"proxmox_lxc_containers": [{
-            "name": "ct286", "vmid": 286, "gpus": "all",
-            "mounts": [{"host_path": str(store), "path": "/srv/models"}]}]}}},
-        "sglang_servers": {"hosts": {"ct286": {
-            "ansible_host": "10.0.3.30", "sglang_serve_enabled": True,
-            "sglang_serve_gpu_count": 8, "sglang_serve_model_path": "big-model",
-            "sglang_serve_mem_fraction_static": 0.88}}},
-    }}}
-    (folder / "fit.yml").write_text(json.dumps(hosts))
-    env = {"PYTHONPATH": str(ROOT / "tests/standins/pynvml_recorded"),
-           "FAKE_PYNVML_RECORDING": str(ROOT / "tests/unit/gpu/recordings/"
-                                        "rtx_pro_6000_x8_training.json")}
-    return ["-i", str(folder / "fit.yml")], env
 
 
 def run(playbook: str, extra: dict | None, args: list[str] | None = None,
@@ -108,7 +88,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="validate-fit-"))
-    fit_args, fit_env = fit_inventory(folder)
+    fit_file, _store, fit_env = fit_scenario(folder, weights_bytes=600 * 2**30)
+    fit_args = ["-i", str(fit_file)]
     for label, book, extra, more, env in (
         ("site.yml, 14 mistakes", "site.yml", MISTAKES, None, None),
         ("validate.yml, lab as is", "playbooks/validate.yml", None, None, None),

@@ -309,3 +309,36 @@ class GoldenTemplate:
                 return
             self._destroy()
             self.marker.unlink(missing_ok=True)
+
+
+FIT_RECORDING = REPO / "tests/unit/gpu/recordings/rtx_pro_6000_x8_training.json"
+
+
+def fit_scenario(folder: Path, weights_bytes: int | None = None
+                 ) -> tuple[Path, Path, dict[str, str]]:
+    """The model-fit scenario: a second inventory source beside inventory/lab (ct286, 8 GPUs,
+    never created) with its own model store, and the environment that gives the lab node the
+    recorded NVML answers of 8x RTX PRO 6000. ``weights_bytes`` makes the model's one shard a
+    sparse file of that size; None leaves the model folder empty (not in the store yet).
+
+    Returns (inventory file, model store, environment)."""
+    store = folder / "models"
+    (store / "big-model").mkdir(parents=True)
+    if weights_bytes is not None:
+        with open(store / "big-model/model-00001-of-00001.safetensors", "wb") as handle:
+            handle.truncate(weights_bytes)
+        (store / "big-model/config.json").write_text("{}")
+    hosts = {"all": {"children": {
+        "proxmox_nodes": {"hosts": {"localhost": {"proxmox_lxc_containers": [{
+            "name": "ct286", "vmid": 286, "gpus": "all",
+            "mounts": [{"host_path": str(store), "path": "/srv/models"}]}]}}},
+        "sglang_servers": {"hosts": {"ct286": {
+            "ansible_host": "10.0.3.30", "sglang_serve_enabled": True,
+            "sglang_serve_gpu_count": 8, "sglang_serve_model_path": "big-model",
+            "sglang_serve_mem_fraction_static": 0.88}}},
+    }}}
+    path = folder / "fit.yml"
+    path.write_text(json.dumps(hosts))
+    env = {"PYTHONPATH": str(REPO / "tests/standins/pynvml_recorded"),
+           "FAKE_PYNVML_RECORDING": str(FIT_RECORDING)}
+    return path, store, env

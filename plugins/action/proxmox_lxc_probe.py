@@ -43,6 +43,18 @@ def template_file(template: str) -> str:
     return str(template).split(":vztmpl/", 1)[-1] if ":vztmpl/" in str(template) else str(template)
 
 
+def read_config(vmid: str) -> list[str]:
+    """Shell lines that print a container's config as section '## config <vmid>': the file's
+    main section when the node's config folder is readable, else what `pct config` says."""
+    return [
+        f'if [ -r "$configs/{vmid}.conf" ]; then',
+        f"  echo '## config {vmid}'; sed '/^\\[/,$d' \"$configs/{vmid}.conf\"",
+        f'elif out="$("$pct" config {vmid} 2>/dev/null)"; then',
+        f"  echo '## config {vmid}'; printf '%s\\n' \"$out\"",
+        "fi",
+    ]
+
+
 def probe_script(containers: list[dict], pct: str, config_dir: str, template_dir: str,
                  ssh_public_key: str = "") -> str:
     """The shell command that reads the node; sections start with ``## <title>``."""
@@ -70,21 +82,10 @@ def probe_script(containers: list[dict], pct: str, config_dir: str, template_dir
                       if ct.get("clone_from") is not None} - {str(int(ct["vmid"]))
                                                               for ct in containers})
     for vmid in sources:
-        lines += [
-            f'if [ -r "$configs/{vmid}.conf" ]; then',
-            f"  echo '## config {vmid}'; sed '/^\\[/,$d' \"$configs/{vmid}.conf\"",
-            f'elif out="$("$pct" config {vmid} 2>/dev/null)"; then',
-            f"  echo '## config {vmid}'; printf '%s\\n' \"$out\"",
-            "fi",
-            "unset out",
-        ]
+        lines += [*read_config(vmid), "unset out"]
     for vmid in sorted({str(int(ct["vmid"])) for ct in containers}):
         lines += [
-            f'if [ -r "$configs/{vmid}.conf" ]; then',
-            f"  echo '## config {vmid}'; sed '/^\\[/,$d' \"$configs/{vmid}.conf\"",
-            f'elif out="$("$pct" config {vmid} 2>/dev/null)"; then',
-            f"  echo '## config {vmid}'; printf '%s\\n' \"$out\"",
-            "fi",
+            *read_config(vmid),
             f'if [ -e "$configs/{vmid}.conf" ] || [ -n "${{out:-}}" ]; then',
             f'  {{ "$pct" exec {vmid} -- sh -c {inside} 2>/dev/null && echo "exec ok" '
             f'|| "$pct" status {vmid} 2>&1; }} > "$tmp/{vmid}" &',

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.lablib import LAB_INVENTORY, REPO, ansible_playbook, lab_root, pct
+from tests.lablib import LAB_INVENTORY, ansible_playbook, fit_scenario, lab_root, pct
 
 pytestmark = pytest.mark.lab
 
@@ -184,7 +183,6 @@ def test_example_inventory_needs_only_its_node_and_a_key(tmp_path):
 # model store holds a sparse 600 GiB safetensors file; its node answers NVML with the GPU
 # stand-in's recording of 8x RTX PRO 6000 (the lab has no GPU), its eight one-GPU instances
 # can use 90.3 GB each.
-FIT_RECORDING = REPO / "tests/unit/gpu/recordings/rtx_pro_6000_x8_training.json"
 FIT_MESSAGE = (
     "ct286: sglang_serve_gpus = [0, 1, 2, 3, 4, 5, 6, 7]: each of the 8 instances gpu0..gpu7 "
     "(1 GPU(s) each, tp 1) cannot hold its weights: "
@@ -193,39 +191,17 @@ FIT_MESSAGE = (
 )
 
 
-def fit_inventory(tmp_path: Path) -> tuple[Path, Path]:
-    """A second inventory source beside inventory/lab: ct286 with its own model store."""
-    store = tmp_path / "models"
-    (store / "big-model").mkdir(parents=True)
-    hosts = {"all": {"children": {
-        "proxmox_nodes": {"hosts": {"localhost": {"proxmox_lxc_containers": [{
-            "name": "ct286", "vmid": 286, "gpus": "all",
-            "mounts": [{"host_path": str(store), "path": "/srv/models"}]}]}}},
-        "sglang_servers": {"hosts": {"ct286": {
-            "ansible_host": "10.0.3.30", "sglang_serve_enabled": True,
-            "sglang_serve_gpu_count": 8, "sglang_serve_model_path": "big-model",
-            "sglang_serve_mem_fraction_static": 0.88}}},
-    }}}
-    path = tmp_path / "fit.yml"
-    path.write_text(json.dumps(hosts))
-    return path, store
-
-
-def fit_env(tmp_path: Path) -> dict[str, str]:
-    return {"PYTHONPATH": str(REPO / "tests/standins/pynvml_recorded"),
-            "FAKE_PYNVML_RECORDING": str(FIT_RECORDING),
-            "SGLANG_LXC_ARTIFACTS": str(tmp_path / "artifacts")}
+def fit_env(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    return {**env, "SGLANG_LXC_ARTIFACTS": str(tmp_path / "artifacts")}
 
 
 def test_a_model_that_cannot_fit_stops_site_yml_in_the_validate_play(lab_node, tmp_path):
-    inventory, store = fit_inventory(tmp_path)
+    inventory, store, env = fit_scenario(tmp_path, weights_bytes=600 * 2**30)
     weights = store / "big-model/model-00001-of-00001.safetensors"
-    subprocess.run(["truncate", "-s", "600G", str(weights)], check=True)
-    (store / "big-model/config.json").write_text("{}")
     before = node_state([286])
     start = time.monotonic()
     result = ansible_playbook("site.yml", LAB_INVENTORY, args=["-i", str(inventory)],
-                              env=fit_env(tmp_path))
+                              env=fit_env(tmp_path, env))
     elapsed = time.monotonic() - start
     flat = " ".join(result.output.split())
     took = re.search(r"elapsed_s: ([0-9.]+)", result.output)
@@ -242,10 +218,10 @@ def test_a_model_that_cannot_fit_stops_site_yml_in_the_validate_play(lab_node, t
 
 
 def test_a_model_not_in_the_store_yet_is_noted_in_the_checklist(lab_node, tmp_path):
-    inventory, _store = fit_inventory(tmp_path)
-    (_store / "big-model").rmdir()
+    inventory, store, env = fit_scenario(tmp_path)
+    (store / "big-model").rmdir()
     result = ansible_playbook("playbooks/validate.yml", LAB_INVENTORY,
-                              args=["-i", str(inventory)], env=fit_env(tmp_path))
+                              args=["-i", str(inventory)], env=fit_env(tmp_path, env))
     assert result.rc == 0, str(result)
     todo = json.loads((tmp_path / "artifacts/latest/todo.json").read_text())
     details = [i["details"] for i in todo["todos"] if i["play"].startswith("Validate the inv")]
