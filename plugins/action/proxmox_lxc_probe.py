@@ -235,7 +235,8 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
     for mount in ct.get("mounts") or []:
         have = node["paths"].get(str(mount["host_path"]))
         owner = mount.get("owner")
-        if have is None or have[0] != "755" or (owner and str(owner) != have[1]):
+        # its mode is the container's business once it exists (roles inside may set it)
+        if have is None or (owner and str(owner) != have[1]):
             drift.append("mounts")
             break
     set_args: list[str] = []

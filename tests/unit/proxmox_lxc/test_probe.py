@@ -138,10 +138,10 @@ def test_missing_python_sshd_or_key_drifts_bootstrap_unless_bootstrap_is_off():
     assert plan(ct, node_text(ct, inside=no_key), key="")["drift"] == []
 
 
-def test_mount_dirs_missing_with_another_mode_or_owner_drift_mounts():
+def test_mount_dirs_missing_or_with_another_owner_drift_mounts_another_mode_does_not():
     ct = spec()
     assert plan(ct, node_text(ct, mounts=""))["drift"] == ["mounts"]
-    assert plan(ct, node_text(ct, mounts="/tank/models\t700 root"))["drift"] == ["mounts"]
+    assert plan(ct, node_text(ct, mounts="/tank/models\t700 root"))["drift"] == []
     owned = spec(mounts=[{"host_path": "/tank/models", "path": "/srv/models", "owner": "ai"}])
     assert plan(owned, node_text(owned))["drift"] == ["mounts"]
 
@@ -187,6 +187,25 @@ def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
     assert got["drift"] == ["mounts", "start"]
     assert probe.plan_container(other, sections, node, "kpro6", str(templates), [],
                                 KEY)["drift"] == ["create", "mounts"]
+
+
+def test_an_existing_mount_directory_keeps_its_mode(tmp_path):
+    """A role inside may chmod the bind-mounted directory (sglang_serve's cache: 0750, the same
+    inode as the node's): that is no drift, or the two roles would undo each other each run."""
+    configs, templates, data = tmp_path / "lxc", tmp_path / "tmpl", tmp_path / "cache"
+    for d in (configs, templates, data):
+        d.mkdir()
+    data.chmod(0o750)
+    (templates / TEMPLATE).write_text("")
+    ct = spec(mounts=[{"host_path": str(data), "path": "/var/cache/sglang"}])
+    (configs / "200.conf").write_text(config_text(ct))
+    script = probe.probe_script([ct], "/bin/false", str(configs), str(templates), KEY)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    sections = probe.parse_sections(out.stdout)
+    node = probe.node_facts(sections)
+    assert node["paths"][str(data)][0] == "750"
+    assert "mounts" not in probe.plan_container(ct, sections, node, "kpro6", str(templates),
+                                                [], KEY)["drift"]
 
 
 def golden_config(template=True):
