@@ -259,7 +259,11 @@ class GoldenTemplate:
     def _destroy(self) -> None:
         """The template and every linked clone of it (clones first)."""
         for conf in (lab_root() / "etc/pve/lxc").glob("*.conf"):
-            if f":base-{self.vmid}-disk-0/" in conf.read_text():
+            try:
+                text = conf.read_text()
+            except FileNotFoundError:  # another worker destroyed that container meanwhile
+                continue
+            if f":base-{self.vmid}-disk-0/" in text:
                 vmid = int(conf.stem)
                 LabContainer(vmid, Path(tempfile.gettempdir()), {"ip": "dhcp"}).destroy()
         LabContainer(self.vmid, Path(tempfile.gettempdir()), {"ip": "dhcp"}).destroy()

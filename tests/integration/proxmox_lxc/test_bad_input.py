@@ -225,4 +225,7 @@ def test_a_model_not_in_the_store_yet_is_noted_in_the_checklist(lab_node, tmp_pa
     assert result.rc == 0, str(result)
     todo = json.loads((tmp_path / "artifacts/latest/todo.json").read_text())
     details = [i["details"] for i in todo["todos"] if i["play"].startswith("Validate the inv")]
-    assert details == ["ct286: big-model: model not in the store yet: fit not checked"], todo
+    # one line for the play, its notes joined; ct200 (inventory/lab's serving container) is noted
+    # too, since this second inventory source holds no spec of it
+    assert len(details) == 1, todo
+    assert "ct286: big-model: model not in the store yet: fit not checked" in details[0].split("; ")
