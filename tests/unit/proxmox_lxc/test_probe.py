@@ -164,12 +164,18 @@ def test_bad_specs_are_rejected_before_the_node_is_read():
                           "> 0 on kpro6")
 
 
-def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
+def node_folders(tmp_path, data_mode: int):
+    """The node's config and template folders and one data folder of ``data_mode``."""
     configs, templates, data = tmp_path / "lxc", tmp_path / "tmpl", tmp_path / "data"
     for d in (configs, templates, data):
         d.mkdir()
-    data.chmod(0o755)
+    data.chmod(data_mode)
     (templates / TEMPLATE).write_text("")
+    return configs, templates, data
+
+
+def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
+    configs, templates, data = node_folders(tmp_path, 0o755)
     ct = spec(mounts=[{"host_path": str(data), "path": "/srv/models"},
                       {"host_path": str(tmp_path / "missing dir"), "path": "/srv/x"}])
     (configs / "200.conf").write_text(config_text(ct) + "\n[snapshot1]\nmemory: 1\n")
@@ -192,11 +198,7 @@ def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
 def test_an_existing_mount_directory_keeps_its_mode(tmp_path):
     """A role inside may chmod the bind-mounted directory (sglang_serve's cache: 0750, the same
     inode as the node's): that is no drift, or the two roles would undo each other each run."""
-    configs, templates, data = tmp_path / "lxc", tmp_path / "tmpl", tmp_path / "cache"
-    for d in (configs, templates, data):
-        d.mkdir()
-    data.chmod(0o750)
-    (templates / TEMPLATE).write_text("")
+    configs, templates, data = node_folders(tmp_path, 0o750)
     ct = spec(mounts=[{"host_path": str(data), "path": "/var/cache/sglang"}])
     (configs / "200.conf").write_text(config_text(ct))
     script = probe.probe_script([ct], "/bin/false", str(configs), str(templates), KEY)
