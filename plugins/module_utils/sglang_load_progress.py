@@ -115,14 +115,16 @@ GB = 1e9
 
 
 def format_bytes(count: float, like: float | None = None) -> str:
-    """547 GB, 1.9 GB, 38 MB (decimal units, as model sizes are given); in the unit and
+    """547 GB, 1.9 GB, 38 MB, 420 kB (decimal units, as model sizes are given); in the unit and
     precision ``like`` would get, when given (235/547 GB, 0.9/2.1 GB)."""
     scale = count if like is None else like
     if scale >= 100 * GB:
         return f"{count / GB:.0f} GB"
     if scale >= GB:
         return f"{count / GB:.1f} GB"
-    return f"{count / 1e6:.0f} MB"
+    if scale >= 1e6:
+        return f"{count / 1e6:.0f} MB"
+    return f"{count / 1e3:.0f} kB"  # the lab's tiny model: not "0/0 MB"
 
 
 def format_eta(seconds: float) -> str:
