@@ -72,3 +72,26 @@ def test_without_a_gpu_it_reports_every_library():
         "sgl_kernel cubins (cuobjdump; no GPU, reported only): flash_ops sm_80 sm_86 sm_90a; "
         "sm100/common_ops sm_80 sm_89 sm_90 sm_90a sm_100a sm_103a sm_120a;"
     )
+
+
+def test_a_listing_is_kept_for_the_same_files_and_read_again_for_new_ones(tmp_path):
+    """A rerun over the same install reads no library again; a reinstalled library (new inode,
+    size or mtime) or another cuobjdump is read afresh."""
+    lib = tmp_path / "pkg" / "common_ops.abi3.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\x7fELF one")
+    tool = tmp_path / "cuobjdump"
+    tool.write_text("#!/bin/sh\n")
+    cache = tmp_path / "cache"
+    key = cubins.identity([str(lib)], str(tool))
+    assert cubins.read_cached(str(cache), key) is None
+    listing_ = {"common_ops": {"sm_120a": 56}}
+    cubins.keep(str(cache), key, listing_)
+    assert cubins.read_cached(str(cache), key) == listing_
+    assert oct((cache).stat().st_mode & 0o777) == "0o700"
+    assert cubins.identity([str(lib)], str(tool)) == key  # the same files: the same key
+    new = lib.with_suffix(".new")
+    new.write_bytes(b"\x7fELF two")
+    new.replace(lib)  # reinstalled the way an install does: another inode, size, mtime
+    assert cubins.identity([str(lib)], str(tool)) != key
+    assert cubins.read_cached("", key) is None  # "" turns the cache off
