@@ -190,6 +190,10 @@ def models_listed(body: bytes, served: str) -> tuple[bool, str]:
 def observe(
     instance: dict[str, Any], baseline: dict[str, Any] | None, api_key: str, nvml: Nvml
 ) -> dict[str, Any]:
+    """What one look at an instance finds. An active unit that answers healthy and lists its
+    model is taken at its word: its journal, I/O counters and weights are not read (the
+    no-op rerun's case; reading a long journal and the page cache of a large model cost
+    seconds). Anything else is looked at in full, for the progress, stall and crash logic."""
     show = systemctl_show(instance["unit"])
     obs: dict[str, Any] = {
         "baseline": {
@@ -199,12 +203,6 @@ def observe(
         "active": f"{show.get('ActiveState', '?')}/{show.get('SubState', '?')}",
     }
     obs["crash"] = unit_crashed(show, baseline or obs["baseline"])
-    logs = journal(instance["unit"], show.get("InvocationID") or None)
-    obs["log_count"] = len(logs)
-    last = logs[-1].split("\r")[-1].strip() if logs else ""
-    obs["last_log"] = last[-160:]
-    obs["shards"] = shard_progress(logs[-50:])
-    obs["read_bytes"], obs["read_chars"] = io_counters(show.get("ControlGroup", ""))
     obs["memory_mib"] = nvml.used_mib(instance["gpus"])
     host, port = instance["probe_host"], int(instance["port"])
     obs["port_open"] = port_open(host, port)
@@ -220,4 +218,14 @@ def observe(
                 )
             else:
                 obs["models_detail"] = f"/v1/models answered {status}"
+    obs["answered"] = (not obs["crash"] and show.get("ActiveState") == "active"
+                       and obs["http_status"] == 200 and obs["model_listed"])
+    if obs["answered"]:
+        return obs
+    logs = journal(instance["unit"], show.get("InvocationID") or None)
+    obs["log_count"] = len(logs)
+    last = logs[-1].split("\r")[-1].strip() if logs else ""
+    obs["last_log"] = last[-160:]
+    obs["shards"] = shard_progress(logs[-50:])
+    obs["read_bytes"], obs["read_chars"] = io_counters(show.get("ControlGroup", ""))
     return obs

@@ -131,6 +131,7 @@ state:
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -290,12 +291,25 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
     resident: dict[str, int | None] = {}
     while True:
         now = time.time()
-        for instance in instances:
+        looking = [i for i in instances
+                   if (records.get(i["name"]) or {}).get("state") not in ("healthy", *TERMINAL_BAD)]
+        # every instance at once: SGLang's /health generates a token and answers after a second
+        # at the earliest, so one after the other, eight instances took eight seconds a round
+        with ThreadPoolExecutor(max_workers=max(1, len(looking))) as pool:
+            futures = {i["name"]: pool.submit(observe, i, (records.get(i["name"]) or {}).get(
+                "baseline"), api_key, nvml) for i in looking}
+            seen = {name: future.result() for name, future in futures.items()}
+        for instance in looking:
             name = instance["name"]
             previous = records.get(name)
-            if previous and previous.get("state") in ("healthy", *TERMINAL_BAD):
+            obs = seen[name]
+            if obs.get("answered"):  # healthy at this look: no load progress to weigh
+                obs["total_bytes"] = (previous or {}).get("progress", {}).get("total_bytes", 0)
+                observations[name] = obs
+                records[name] = classify(
+                    obs, previous, now, float(params["stall_timeout"]), window
+                )
                 continue
-            obs = observe(instance, (previous or {}).get("baseline"), api_key, nvml)
             if name not in weights:
                 weights[name] = instance_weight_files(instance)
             obs["total_bytes"] = (previous or {}).get("progress", {}).get(

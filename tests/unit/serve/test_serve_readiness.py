@@ -237,6 +237,14 @@ def test_progress_reads_like_the_issue_says():
     assert record["label"] == "loading 42% (234/547 GB, 1.9 GB/s, ETA 2m45s)"
 
 
+def test_a_model_under_a_megabyte_reads_in_kilobytes():
+    """The lab's tiny Llama (about 400 kB of weights) once read "100% (0/0 MB, 0 MB/s)"."""
+    total = 420_000
+    record = classify(obs(read_bytes=0, total_bytes=total), None, 0.0, 900)
+    record = classify(obs(read_bytes=210_000, total_bytes=total), record, 2.0, 900)
+    assert record["label"] == "loading 50% (210/420 kB, 105 kB/s, ETA 2s)"
+
+
 def test_percent_only_rises_and_the_eta_converges_on_a_steady_read():
     total = 10 * GB
     record, percents, etas = None, [], []
@@ -377,3 +385,49 @@ def test_cpu_instances_say_cpu_where_gpus_would_be():
         [{"name": "cpu0", "gpus": [], "port": 30000, "http_status": 200, "state": "healthy"}]
     )
     assert row.split()[:3] == ["cpu0", "cpu", "30000"]
+
+
+def test_an_instance_that_answers_healthy_is_not_read_further(monkeypatch):
+    """The no-op rerun's look: an active unit answering /health and listing its model costs no
+    journal, no I/O counters and no weight files; one that does not answer gets them all."""
+    read = []
+    monkeypatch.setattr(probes, "systemctl_show", lambda unit: {
+        "ActiveState": "active", "SubState": "running", "NRestarts": "0", "InvocationID": "i1",
+        "ControlGroup": "/system.slice/x", "MainPID": "42"})
+    monkeypatch.setattr(probes, "journal", lambda *a: read.append("journal") or ["line"])
+    monkeypatch.setattr(probes, "io_counters", lambda cg: read.append("io") or (1, 2))
+    monkeypatch.setattr(probes, "port_open", lambda host, port: True)
+    answers = {"/health": (200, b""), "/v1/models": (200, b'{"data": [{"id": "tiny"}]}')}
+    monkeypatch.setattr(probes, "http_get", lambda host, port, path, key: answers[path])
+
+    class NoGpu:
+        def used_mib(self, gpus):
+            return None
+
+    instance = {"unit": "sglang@cpu0.service", "gpus": [], "probe_host": "127.0.0.1",
+                "port": 30000, "served_model_name": "tiny"}
+    seen = probes.observe(instance, None, "", NoGpu())
+    assert read == [], seen
+    assert seen["answered"], seen
+    assert classify(seen, None, 0.0, 900)["state"] == "healthy"
+    answers["/health"] = (503, "")
+    seen = probes.observe(instance, None, "", NoGpu())
+    assert not seen["answered"] and read == ["journal", "io"]
+    assert seen["log_count"] == 1
+
+
+def test_a_round_looks_at_every_instance_at_once(monkeypatch):
+    """SGLang's /health answers after a second at the earliest: the instances are observed side
+    by side. Each look here waits for the other at a barrier, which only a concurrent round
+    passes (one after the other, the barrier breaks)."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=10)
+
+    def script(name, t):
+        barrier.wait()
+        return obs(port_open=True, http_status=200, model_listed=True, answered=True)
+
+    result = rounds(monkeypatch, script)[0]
+    assert result["outcome"] == "healthy", result
+    assert [p["state"] for p in result["progress"]] == ["healthy", "healthy"]
