@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,7 @@ def ansible_playbook(
     if check:
         cmd += ["--check"]
     cmd += args or []
+    started = time.monotonic()
     proc = subprocess.run(
         cmd,
         cwd=REPO,
@@ -99,11 +101,24 @@ def ansible_playbook(
         text=True,
         timeout=timeout,
     )
+    log_run(books, time.monotonic() - started)
     stats = {
         m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
         for m in _RECAP.finditer(proc.stdout)
     }
     return PlaybookResult(proc.returncode, proc.stdout, stats)
+
+
+def log_run(books: list, seconds: float) -> None:
+    """With SGLANG_LXC_PLAYBOOK_LOG set, one JSON line per ansible-playbook run: the test that
+    ran it, the playbooks and the wall time (benchmarks/playbook_runs.py counts them per file)."""
+    path = os.environ.get("SGLANG_LXC_PLAYBOOK_LOG")
+    if not path:
+        return
+    line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+            "playbooks": [str(b) for b in books], "seconds": round(seconds, 1)}
+    with open(path, "a", encoding="utf-8") as handle:  # one short write: appends never mix
+        handle.write(json.dumps(line) + "\n")
 
 
 def pct(*args: str, check: bool = True) -> subprocess.CompletedProcess:
