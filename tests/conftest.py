@@ -17,6 +17,7 @@ from tests.lablib import (
     ansible_playbook,
     lab_root,
     missing_for_lab,
+    node_cache_mounts,
     write_inventory,
 )
 
@@ -124,9 +125,24 @@ def golden_template(lab_node, tmp_path_factory):
 def lab_clone(golden_template, lab_container):
     """Factory: ``lab_clone(vmid, **spec)`` -> a running LabContainer cloned (linked) from the
     golden template, with the toolchain and the stack already in place; destroyed with the
-    module like lab_container's."""
+    module like lab_container's. The clone keeps the golden's node-cache mounts (the lab's venvs
+    are links into uv's cache) beside its own ``mounts`` (default: its model store)."""
 
     def make(vmid: int, **spec) -> LabContainer:
-        return lab_container(vmid, clone_from=golden_template, **spec)
+        mounts = spec.pop("mounts", [
+            {"host_path": str(lab_root() / "data" / f"ct{vmid}" / "models"),
+             "path": "/srv/models"}])
+        return lab_container(vmid, clone_from=golden_template,
+                             mounts=[*mounts, *node_cache_mounts()], **spec)
 
     return make
+
+
+# The longest lab file first: pytest-xdist's --dist loadfile hands files to the workers in
+# collection order, and the real-engine serving suite (about 20 minutes of SGLang instance
+# starts in one container) bounds the whole run's wall time unless a worker starts it at once.
+LONGEST_FIRST = ("tests/integration/serve/",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable otherwise

@@ -124,6 +124,10 @@ def test_instances_own_their_gpus(host):
             if line.startswith("CUDA_VISIBLE_DEVICES=")
         )
         dropin = host.file(f"/etc/systemd/system/sglang@{name}.service.d/devices.conf")
+        if not gpus:  # a CPU instance (--device cpu): it may open no GPU at all
+            assert flag(argv, "--device") == "cpu", f"{name}: no GPUs but not --device cpu"
+            assert "/dev/nvidia" not in dropin.content_string
+            continue
         for gpu in gpus.split(","):
             assert f"DeviceAllow=/dev/nvidia{gpu} rw" in dropin.content_string
         assert len(gpus.split(",")) % int(flag(argv, "--tp")) == 0

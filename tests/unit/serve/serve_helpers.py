@@ -1,4 +1,4 @@
-"""The sglang_serve pure-logic files: the filter and the stand-in by path, the readiness module
+"""The sglang_serve pure-logic files: the filter by path, the readiness module
 and its module_utils from the collection."""
 
 from __future__ import annotations
@@ -21,6 +21,5 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 serve_filter = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
-standin = load_file("sglang_server_standin", ROOT / "tests/standins/sglang_server.py")
 
-__all__ = ["ROOT", "load_progress", "probes", "readiness", "serve_filter", "standin"]
+__all__ = ["ROOT", "load_progress", "probes", "readiness", "serve_filter"]
