@@ -98,12 +98,12 @@ summary:
 """
 
 import hashlib
-import json
 import os
 import re
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import json_cache
 
 # The build script's own way to find the toolchain: the EnvironmentFile, then CUDA_HOME/bin first.
 CUOBJDUMP_QUERY = (
@@ -190,29 +190,6 @@ def identity(paths: list[str], tool: str) -> str:
     return digest.hexdigest()[:32]
 
 
-def read_cached(folder: str, key: str) -> dict | None:
-    if not folder:
-        return None
-    try:
-        with open(os.path.join(folder, key + ".json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def keep(folder: str, key: str, libraries: dict) -> None:
-    if not folder:
-        return
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, key + ".json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(libraries, f)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # a cache that cannot be written only costs the next read
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -265,7 +242,7 @@ def main():
         paths.extend(os.path.join(dirpath, name) for name in sorted(filenames)
                      if SUFFIX.search(name))
     key = identity(paths, tool)
-    kept = read_cached(p["cache_dir"], key)
+    kept = json_cache.read(p["cache_dir"], key)
     result["cached"] = kept is not None
     if kept is not None:
         result["libraries"] = kept
@@ -276,7 +253,7 @@ def main():
         lib = SUFFIX.sub("", os.path.relpath(path, package))
         result["libraries"][lib] = list_elf(out)
     if kept is None:
-        keep(p["cache_dir"], key, result["libraries"])
+        json_cache.keep(p["cache_dir"], key, result["libraries"])
     verdict = judge(result["libraries"], result["gpu_archs"], p["required"], p["import_name"])
     result["summary"] = verdict["summary"]
     if verdict["problems"]:

@@ -99,6 +99,7 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import json_cache
 
 # Runs in the serving venv's python. Reads {"instances": [...], "config": {...}} on stdin.
 PARSE_SCRIPT = r"""
@@ -211,28 +212,13 @@ def verdict_key(params: dict[str, Any]) -> str:
 
 
 def cached_verdict(params: dict[str, Any]) -> dict[str, Any] | None:
-    folder = params.get("cache_dir") or ""
-    if not folder:
-        return None
-    try:
-        with open(os.path.join(folder, verdict_key(params) + ".json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    return json_cache.read(params.get("cache_dir") or "", verdict_key(params))
 
 
 def keep_verdict(params: dict[str, Any], result: dict[str, Any]) -> None:
-    folder = params.get("cache_dir") or ""
-    if not folder or result.get("failed"):
-        return
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, verdict_key(params) + ".json")
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump({"results": result["results"], "msg": result["msg"]}, f)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass  # a cache that cannot be written only costs the next parse
+    if not result.get("failed"):  # a refusal is never kept: it must be checked again
+        json_cache.keep(params.get("cache_dir") or "", verdict_key(params),
+                        {"results": result["results"], "msg": result["msg"]})
 
 
 def run_check(params: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ with the toolchain's cuobjdump (tests/integration/sglang/test_kernel_build_lab.p
 
 from __future__ import annotations
 
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import json_cache
+
 from tests.loaders import ROOT, load_file
 
 cubins = load_file("sglang_kernel_cubins_module", ROOT / "plugins/modules/sglang_kernel_cubins.py")
@@ -84,14 +86,14 @@ def test_a_listing_is_kept_for_the_same_files_and_read_again_for_new_ones(tmp_pa
     tool.write_text("#!/bin/sh\n")
     cache = tmp_path / "cache"
     key = cubins.identity([str(lib)], str(tool))
-    assert cubins.read_cached(str(cache), key) is None
+    assert json_cache.read(str(cache), key) is None
     listing_ = {"common_ops": {"sm_120a": 56}}
-    cubins.keep(str(cache), key, listing_)
-    assert cubins.read_cached(str(cache), key) == listing_
+    json_cache.keep(str(cache), key, listing_)
+    assert json_cache.read(str(cache), key) == listing_
     assert oct((cache).stat().st_mode & 0o777) == "0o700"
     assert cubins.identity([str(lib)], str(tool)) == key  # the same files: the same key
     new = lib.with_suffix(".new")
     new.write_bytes(b"\x7fELF two")
     new.replace(lib)  # reinstalled the way an install does: another inode, size, mtime
     assert cubins.identity([str(lib)], str(tool)) != key
-    assert cubins.read_cached("", key) is None  # "" turns the cache off
+    assert json_cache.read("", key) is None  # "" turns the cache off
