@@ -191,12 +191,27 @@ def test_template_and_clones_like_thin_storage(tmp_path):
 def test_guest_setup_of_a_linked_clone_goes_to_its_own_layer(tmp_path, monkeypatch):
     monkeypatch.setattr(pct, "LXC_PATH", tmp_path)
     (tmp_path / "310/rootfs/etc").mkdir(parents=True)
-    (tmp_path / "310/rootfs/etc/hosts").write_text("127.0.0.1 localhost\n")
+    (tmp_path / "310/rootfs/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
     (tmp_path / "311/overlay/delta").mkdir(parents=True)
     opts = {"hostname": "ct311", "rootfs": "local:base-310-disk-0/vm-311-disk-0,size=4G",
             "net0": "name=eth0,bridge=lxcbr0,ip=dhcp"}
     pct.setup_guest(311, opts)
     delta = tmp_path / "311/overlay/delta/etc"
     assert (delta / "hostname").read_text() == "ct311\n"
-    assert (delta / "hosts").read_text() == "127.0.0.1 localhost\n127.0.1.1 ct311 # pct-standin\n"
-    assert (tmp_path / "310/rootfs/etc/hosts").read_text() == "127.0.0.1 localhost\n"
+    assert (delta / "hosts").read_text() == (
+        "127.0.0.1 localhost\n::1 localhost\n127.0.1.1 ct311 # pct-standin\n")
+    assert (tmp_path / "310/rootfs/etc/hosts").read_text() == "127.0.0.1 localhost\n::1 localhost\n"
+
+
+def test_guest_without_hosts_file_gets_the_loopback_names(tmp_path, monkeypatch):
+    """debootstrap writes no /etc/hosts; pve-container adds the loopback names, or a reverse
+    lookup of 127.0.0.1 goes to DNS (torch's c10d store waited 10 s on it at each SGLang start)."""
+    monkeypatch.setattr(pct, "LXC_PATH", tmp_path)
+    (tmp_path / "320/rootfs").mkdir(parents=True)
+    opts = {"hostname": "ct320", "rootfs": "local:320/vm-320-disk-0.raw,size=4G"}
+    pct.setup_guest(320, opts)
+    pct.setup_guest(320, {**opts, "hostname": "ct321"})  # a rename keeps one of each
+    lines = (tmp_path / "320/rootfs/etc/hosts").read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["127.0.0.1", "::1", "127.0.1.1"]
+    assert "localhost" in lines[0].split() and "localhost" in lines[1].split()
+    assert lines[2].split()[1] == "ct321"
