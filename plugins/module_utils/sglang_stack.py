@@ -104,19 +104,26 @@ def uv_venv_argv(uv: str, python: str, venv: str) -> list[str]:
 
 
 def uv_install_argv(uv: str, venv: str, wheel_dir: str, requirements: str,
-                    require_hashes: bool = True, extra: list[str] = ()) -> list[str]:
-    """uv pip install from a wheel folder only: no index, no network, hashes checked."""
+                    require_hashes: bool = True, extra: list[str] = (),
+                    compile_bytecode: bool = True) -> list[str]:
+    """uv pip install from a wheel folder only: no index, no network, hashes checked.
+
+    compile_bytecode: uv writes the bytecode of every module at install, as pip does by default
+    (uv does not): the services' user cannot write __pycache__ in a root-owned venv, so without it
+    every process of every start compiles its imports again."""
     argv = [uv, "pip", "install", "--no-config", "--offline", "--no-index",
             "--find-links", wheel_dir, "--python", os.path.join(venv, "bin", "python"),
             "--requirement", requirements]
+    argv += ["--compile-bytecode"] if compile_bytecode else []
     return argv + (["--require-hashes"] if require_hashes else []) + list(extra)
 
 
 def pip_install_argv(venv: str, wheel_dir: str, requirements: str, require_hashes: bool = True,
-                     extra: list[str] = ()) -> list[str]:
+                     extra: list[str] = (), compile_bytecode: bool = True) -> list[str]:
     argv = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index",
             "--find-links", wheel_dir, "--disable-pip-version-check", "--no-input",
             "--progress-bar", "off", "--no-cache-dir", "--requirement", requirements]
+    argv += [] if compile_bytecode else ["--no-compile"]  # pip compiles by default
     return argv + (["--require-hashes"] if require_hashes else []) + list(extra)
 
 
@@ -178,18 +185,22 @@ def pin_wheels(wheel_dir: str, pins: list[str]) -> tuple[list[str], list[str]]:
     return found, lacking
 
 
-def release_size(wheels: list[str], link_mode: str, block: int = 4096) -> dict:
+def release_size(wheels: list[str], link_mode: str, block: int = 4096,
+                 bytecode: bool = False) -> dict:
     """What installing the wheels writes into a release venv, read from their zip directories.
 
     copy, clone and hardlink: every file's bytes, rounded up to whole blocks (clone and hardlink
     fall back to a copy where the filesystem cannot share them, and a hardlinked file is the cache's
     copy, on the same filesystem). symlink: a link per file, each taking a block (uv's
     cache paths are longer than what an inode holds inline), the .dist-info files themselves (uv
-    writes RECORD and its own files there). Both: a block per folder. Bytecode written later by the
-    first imports is not counted (sglang_stack_space_factor leaves room for it).
+    writes RECORD and its own files there). Both: a block per folder. bytecode (compiled at
+    install, in the venv whatever the link mode): 1.5 x each module's source bytes in whole blocks
+    (SGLang 0.5.12's stack: 442 MiB of .pyc for 339 MiB of .py), a __pycache__ folder per folder
+    of modules.
     """
-    files = unpacked = meta = 0
+    files = unpacked = meta = compiled = 0
     folders: set[str] = set()
+    packages: set[str] = set()
     for path in wheels:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
@@ -201,11 +212,15 @@ def release_size(wheels: list[str], link_mode: str, block: int = 4096) -> dict:
                 top = info.filename.split("/", 1)[0]
                 if top.endswith(".dist-info"):
                     meta += size
+                if bytecode and info.filename.endswith(".py"):
+                    compiled += -(-info.file_size * 3 // 2 // block) * block
+                    packages.add(os.path.dirname(info.filename))
                 parent = os.path.dirname(info.filename)
                 while parent and parent not in folders:
                     folders.add(parent)
                     parent = os.path.dirname(parent)
     dirs = len(folders) * block
     need = files * block + meta + dirs if link_mode == "symlink" else unpacked + dirs
+    need += compiled + len(packages) * block
     return {"bytes": need, "files": files, "folders": len(folders), "unpacked": unpacked,
-            "link_mode": link_mode}
+            "bytecode": compiled, "link_mode": link_mode}

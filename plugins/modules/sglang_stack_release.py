@@ -62,8 +62,8 @@ options:
   space_factor:
     description: Free space needed on the releases folder's filesystem, as a multiple of what the
       release takes there, estimated from the pins' wheels in I(wheel_dir) by I(uv_link_mode)
-      (copy, clone, hardlink - every file's bytes; symlink - a link per file); room for the
-      bytecode of the first imports. 0 with I(space_overhead_mb) 0 skips the check.
+      (copy, clone, hardlink - every file's bytes; symlink - a link per file), with the
+      bytecode when I(compile_bytecode). 0 with I(space_overhead_mb) 0 skips the check.
     type: float
     default: 0
   space_overhead_mb:
@@ -89,6 +89,12 @@ options:
      choices: [copy, hardlink, symlink, clone]}
   seed_pip:
     {description: Create the venv with pip in it (python -m venv)., type: bool, default: false}
+  compile_bytecode:
+    description: Write every module's bytecode at install (uv --compile-bytecode; pip's default).
+      The services' user cannot write the root-owned venv, so without it each process of each
+      start compiles its imports again.
+    type: bool
+    default: true
   ignore_extra:
     {description: Distributions allowed beside the pins., type: list, elements: str, default: []}
   repair:
@@ -242,14 +248,16 @@ def install(p: dict, release_dir: str, lock_fd: int, ctx: dict) -> tuple[int, st
         rc, out, timed_out = run(venv_argv, 300, lock_fd, env)
         if rc == 0:
             rc, out, timed_out = run(uv_install_argv(ctx["uv"], release_dir, p["wheel_dir"], reqs,
-                                                     p["require_hashes"], args),
+                                                     p["require_hashes"], args,
+                                                     p["compile_bytecode"]),
                                      p["timeout"], lock_fd, env)
     else:
         # pip installs with the venv's own pip
         rc, out, timed_out = run([p["python"], "-m", "venv", release_dir], 300, lock_fd)
         if rc == 0:
             rc, out, timed_out = run(pip_install_argv(release_dir, p["wheel_dir"], reqs,
-                                                      p["require_hashes"], args),
+                                                      p["require_hashes"], args,
+                                                      p["compile_bytecode"]),
                                      p["timeout"], lock_fd)
     with contextlib.suppress(OSError):
         os.unlink(reqs)
@@ -272,7 +280,8 @@ def estimate_need(p: dict, block: int) -> dict | None:
     if not (p["space_factor"] or p["space_overhead_mb"]):
         return None
     wheels, lacking = pin_wheels(p["wheel_dir"], p["pins"])
-    size = release_size(wheels, p["uv_link_mode"] if p["installer"] == "uv" else "copy", block)
+    size = release_size(wheels, p["uv_link_mode"] if p["installer"] == "uv" else "copy", block,
+                        p["compile_bytecode"])
     size["lacking"] = len(lacking)  # pins without a wheel here: the install names them
     size["need"] = int(size["bytes"] * p["space_factor"] + p["space_overhead_mb"] * 1048576)
     return size
@@ -399,6 +408,7 @@ def main() -> None:
             "uv_link_mode": {"type": "str", "default": "copy",
                              "choices": ["copy", "hardlink", "symlink", "clone"]},
             "seed_pip": {"type": "bool", "default": False},
+            "compile_bytecode": {"type": "bool", "default": True},
             "ignore_extra": {"type": "list", "elements": "str", "default": []},
             "repair": {"type": "bool", "default": False},
         },

@@ -259,6 +259,18 @@ def test_release_size_is_read_from_the_wheels_by_link_mode(tmp_path):
     assert copy["bytes"] == (8 << 20) + 4096 + 3 * 4096
     assert link["bytes"] == 3 * 4096 + 4096 + 3 * 4096  # links, METADATA itself, folders
     assert stack.release_size(wheels, "hardlink", 4096)["bytes"] == copy["bytes"]
+    # bytecode compiled at install: 1.5 x each module's bytes in whole blocks (the empty
+    # __init__.py: none), and a __pycache__ folder for the one folder of modules, any link mode
+    compiled = stack.release_size(wheels, "symlink", 4096, bytecode=True)
+    assert compiled["bytes"] == link["bytes"] + 4096 and compiled["bytecode"] == 0
+    mods = tmp_path / "mods-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(mods, "w") as zf:
+        zf.writestr("mods/a.py", "x" * 6000)  # 9000 bytes of bytecode: 3 blocks
+        zf.writestr("mods/sub/b.py", "y" * 100)  # 1 block
+    plain = stack.release_size([str(mods)], "copy", 4096)
+    compiled = stack.release_size([str(mods)], "copy", 4096, bytecode=True)
+    assert compiled["bytecode"] == 4 * 4096
+    assert compiled["bytes"] == plain["bytes"] + 4 * 4096 + 2 * 4096  # two __pycache__ folders
 
 
 def test_the_free_space_check_asks_for_what_the_link_mode_writes(tmp_path, capsys):

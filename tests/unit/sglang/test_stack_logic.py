@@ -78,6 +78,15 @@ def test_uv_command_lines_are_offline_with_hashes():
     assert pip[:4] == ["/v/bin/python", "-m", "pip", "install"] and "--require-hashes" not in pip
 
 
+def test_bytecode_is_compiled_at_install_unless_turned_off():
+    """uv compiles nothing unless asked; pip compiles unless told not to."""
+    assert "--compile-bytecode" in stack.uv_install_argv("/u/uv", "/v", "/w", "/r.txt")
+    off = stack.uv_install_argv("/u/uv", "/v", "/w", "/r.txt", compile_bytecode=False)
+    assert "--compile-bytecode" not in off
+    assert "--no-compile" not in stack.pip_install_argv("/v", "/w", "/r.txt")
+    assert "--no-compile" in stack.pip_install_argv("/v", "/w", "/r.txt", compile_bytecode=False)
+
+
 def fake_uv_wheel(path, payload=b"#!/bin/sh\necho uv 0.0.0\n"):
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("uv/__init__.py", "")
