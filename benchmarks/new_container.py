@@ -24,6 +24,13 @@ toolchain+stack_s what the roles still had to do on the clone. The template is d
 
     .venv/bin/python benchmarks/new_container.py --template 260 --vmids 261 \
         --uv-cache /var/lib/sglang-lxc-lab/node-cache/uv --keep-node
+
+--serve goes on to serving: each container gets the lab's tiny Llama in its model store and
+playbooks/serve.yml with one CPU instance (SGLang 0.5.12's real engine, as ct200 serves), until
+healthy. serve_s is that run; engine_s is the engine's own start, read from the unit's journal
+(systemd's "Started sglang@cpu0.service" to SGLang's "The server is fired up and ready to
+roll!"); ours_s = create_s + toolchain_and_stack_s + serve_s - engine_s, what the clone and the
+roles take beyond the engine.
 """
 
 from __future__ import annotations
@@ -53,6 +60,46 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
+SERVE = {  # one CPU instance of the real engine, as inventory/lab/host_vars/ct200/serve.yml
+    "sglang_serve_enabled": True,
+    "sglang_serve_device": "cpu",
+    "sglang_serve_attention_backend": "torch_native",
+    "sglang_serve_model_path": "tiny-llama",
+    "sglang_serve_instances": [{"name": "cpu0"}],
+    "sglang_serve_extra_args": ["--max-total-tokens", "4096"],
+    "sglang_serve_report_interval": 2,
+    "sglang_serve_stall_timeout": 300,
+    "sglang_serve_ready_timeout": 900,
+}
+
+
+def journal_time(ct: LabContainer, pattern: str) -> float | None:
+    """Unix time of the first line of sglang@cpu0's journal that holds pattern."""
+    lines = ct.exec("journalctl", "--no-pager", "-o", "short-unix", "-u", "sglang@cpu0.service",
+                    check=False).stdout.splitlines()
+    for line in lines:
+        if pattern in line:
+            return float(line.split()[0])
+    return None
+
+
+def serve(ct: LabContainer, extra: dict, timing: dict) -> dict:
+    """serve.yml with one CPU instance until healthy; the engine's own start from its journal."""
+    from sglang_lxc import lab_model
+
+    lab_model.make(lab_root() / "data" / ct.name / "models" / "tiny-llama")
+    start = time.monotonic()
+    run = ansible_playbook("playbooks/serve.yml", ct.inventory, extra_vars={**extra, **SERVE},
+                           args=["--limit", ct.name], env=timing)
+    serve_s = time.monotonic() - start
+    if run.rc != 0 or "1/1 healthy" not in run.output:
+        sys.exit(f"{ct.name}: serving failed:\n{run.output[-4000:]}")
+    started = journal_time(ct, "Started sglang@cpu0.service")
+    ready = journal_time(ct, "The server is fired up and ready to roll!")
+    engine_s = round(ready - started, 1) if started and ready else None
+    return {"serve_s": round(serve_s, 1), "engine_s": engine_s}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vmids", type=int, nargs="+", default=[203, 204, 205])
@@ -66,6 +113,8 @@ def main() -> None:
     ap.add_argument("--template", type=int, help="converge this vmid from nothing, make it a "
                     "template, and clone --vmids from it")
     ap.add_argument("--full", action="store_true", help="full clones instead of linked ones")
+    ap.add_argument("--serve", action="store_true",
+                    help="then serve the lab's tiny Llama with one CPU instance, until healthy")
     args = ap.parse_args()
     for d in (args.node_dir, args.uv_cache):
         d.mkdir(parents=True, exist_ok=True)
@@ -119,6 +168,8 @@ def main() -> None:
                 fig = {"container": n, "name": name, "how": how, "create_s": round(create_s, 1),
                        "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
                        "changed": run.changed}
+                if args.serve and not (args.template and vmid == args.template):
+                    fig.update(serve(ct, extra, timing))
                 figures.append(fig)
                 print(json.dumps(fig), flush=True)
                 if timer.exists():
@@ -150,6 +201,14 @@ def main() -> None:
         total = round(f["create_s"] + f["toolchain_and_stack_s"], 1)
         print(f"{f['container']:>9}  {f['how']:<12}  {f['create_s']:>8}  "
               f"{f['toolchain_and_stack_s']:>17}  {total:>7}  {f['bytes_from_controller']:>21}")
+    served = [f for f in figures if "serve_s" in f]
+    if served:
+        print("\ncontainer  how           to_healthy_s  serve_s  engine_s  ours_s")
+    for f in served:
+        total = round(f["create_s"] + f["toolchain_and_stack_s"] + f["serve_s"], 1)
+        ours = round(total - f["engine_s"], 1) if f["engine_s"] is not None else "?"
+        print(f"{f['container']:>9}  {f['how']:<12}  {total:>12}  {f['serve_s']:>7}  "
+              f"{f['engine_s']!s:>8}  {ours:>6}")
 
 
 if __name__ == "__main__":
