@@ -47,7 +47,11 @@ BASE = {
     "sglang_serve_instances": [{"name": "cpu0"}, {"name": "cpu1"}],
     "sglang_serve_extra_args": MAX_TOKENS,
     "sglang_serve_api_key": KEY,
-    "sglang_serve_report_interval": 3,
+    # a report every 15 s (the role's default is 30): a round costs about 2 CPU s (the readiness
+    # module in the container, its controller tasks), which the instances' start waits for on two
+    # cores; at 3 s the rounds took 41 CPU s of a 98 s wait, at 15 s 9 CPU s of 61 s (ct200).
+    # A hung or crashed instance is still seen within the round, at the module's 1 s poll.
+    "sglang_serve_report_interval": 15,
     # a start imports torch and SGLang in three processes: minutes on two busy cores, moving
     "sglang_serve_stall_timeout": 300,
     "sglang_serve_ready_timeout": 900,
@@ -370,7 +374,7 @@ def test_a_stopped_load_is_reported_hung_after_the_stall_timeout(ct):
     # at once, with its output, instead of after the whole wait
     restarted = wait_until(lambda: not thread.is_alive()
                            or (show(ct, unit, "InvocationID") not in ("", before)
-                               and show(ct, unit, "MainPID") != "0"), timeout=600, step=0.5)
+                               and show(ct, unit, "MainPID") != "0"), timeout=600, step=1)
     assert restarted and thread.is_alive(), str(outcome.get("result", "the play still runs"))
     sh(ct, f"systemctl kill -s SIGSTOP {unit}")
     stopped = time.monotonic()
