@@ -4,11 +4,14 @@ tests/unit/serve/test_serve_readiness.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import http.client
 import json
+import os
 import socket
 import subprocess
+import time
 from typing import Any
 
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_load_progress import (
@@ -187,13 +190,58 @@ def models_listed(body: bytes, served: str) -> tuple[bool, str]:
     return False, f"/v1/models lists {ids or 'nothing'}, not {served}"
 
 
+def proven_at(proven_dir: str, unit: str, invocation: str) -> float | None:
+    """When /health last generated a token for this invocation (this run) of the unit; None
+    when it never did, or the unit has restarted since (a new InvocationID)."""
+    if not (proven_dir and invocation):
+        return None
+    try:
+        with open(os.path.join(proven_dir, f"{unit}.json"), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("invocation") != invocation:
+        return None
+    try:
+        return float(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def prove(proven_dir: str, unit: str, invocation: str, at: float) -> None:
+    """Remember that this invocation of the unit generated a token (/health 200); written aside
+    and renamed, so a reader sees the old record or the new one. /run: gone at reboot."""
+    if not (proven_dir and invocation):
+        return
+    try:
+        os.makedirs(proven_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(proven_dir, f"{unit}.json")
+        with open(path + ".tmp", "w", encoding="utf-8") as handle:
+            json.dump({"invocation": invocation, "at": at}, handle)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass  # a record not kept costs the next look a /health wait, nothing else
+
+
+def forget(proven_dir: str, unit: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(proven_dir, f"{unit}.json"))
+
+
 def observe(
-    instance: dict[str, Any], baseline: dict[str, Any] | None, api_key: str, nvml: Nvml
+    instance: dict[str, Any], baseline: dict[str, Any] | None, api_key: str, nvml: Nvml,
+    proven_dir: str = "",
 ) -> dict[str, Any]:
     """What one look at an instance finds. An active unit that answers healthy and lists its
     model is taken at its word: its journal, I/O counters and weights are not read (the
     no-op rerun's case; reading a long journal and the page cache of a large model cost
-    seconds). Anything else is looked at in full, for the progress, stall and crash logic."""
+    seconds). Anything else is looked at in full, for the progress, stall and crash logic.
+
+    Healthy is SGLang's /health (200 once a token was generated; it answers after a second at
+    the earliest). Once an invocation of the unit has passed it (recorded under proven_dir), a
+    later look at the same invocation asks its scheduler instead: /server_info is answered by
+    the scheduler's own loop (a hung forward pass blocks it) in milliseconds. Any other answer
+    drops the record, and the look after that asks /health again."""
     show = systemctl_show(instance["unit"])
     obs: dict[str, Any] = {
         "baseline": {
@@ -208,8 +256,19 @@ def observe(
     obs["port_open"] = port_open(host, port)
     obs["http_status"] = None
     obs["model_listed"] = False
+    invocation = show.get("InvocationID", "")
+    proven = None
+    if show.get("ActiveState") == "active" and not obs["crash"]:
+        proven = proven_at(proven_dir, instance["unit"], invocation)
     if obs["port_open"]:
-        obs["http_status"], _body = http_get(host, port, "/health", "")
+        if proven is not None:
+            obs["http_status"], _body = http_get(host, port, "/server_info", api_key)
+            if obs["http_status"] == 200:
+                obs["proven_at"] = proven
+            else:
+                forget(proven_dir, instance["unit"])
+        else:
+            obs["http_status"], _body = http_get(host, port, "/health", "")
         if obs["http_status"] == 200:
             status, body = http_get(host, port, "/v1/models", api_key)
             if status == 200:
@@ -221,6 +280,8 @@ def observe(
     obs["answered"] = (not obs["crash"] and show.get("ActiveState") == "active"
                        and obs["http_status"] == 200 and obs["model_listed"])
     if obs["answered"]:
+        if proven is None:
+            prove(proven_dir, instance["unit"], invocation, time.time())
         return obs
     logs = journal(instance["unit"], show.get("InvocationID") or None)
     obs["log_count"] = len(logs)

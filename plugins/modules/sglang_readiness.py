@@ -11,7 +11,8 @@ description:
   - Polls every instance for at most O(interval) seconds and returns each one's state
     (C(healthy), C(loading), C(warming), C(hung), C(crashed)) with elapsed times, so a play can
     print progress between rounds and call the module again with the returned O(state).
-  - C(healthy) needs C(/health) 200 and the served model name listed on C(/v1/models).
+  - C(healthy) needs C(/health) 200 and the served model name listed on C(/v1/models); for an
+    invocation of the unit that passed C(/health) before, C(/server_info) 200 (see O(proven_dir)).
   - C(crashed) when the unit is failed, inactive, waiting to auto-restart, or restarted since the
     first round; the result carries the last log lines from the journal.
   - C(hung) when the process is alive but shows no progress for O(stall_timeout) seconds.
@@ -68,6 +69,16 @@ options:
     description: Seconds of samples the read rate (and so the ETA) is taken over.
     type: float
     default: 10
+  proven_dir:
+    description:
+      - Where the module records, per unit, the systemd invocation (InvocationID) whose
+        C(/health) last answered 200, i.e. generated a token. A later look at the same
+        invocation asks C(/server_info) instead, which the scheduler's loop answers in
+        milliseconds (C(/health) takes a second at the earliest); a restart, a reboot (C(/run)
+        is a tmpfs) or any answer but 200 sends the next look to C(/health) again.
+      - Empty to ask C(/health) every time.
+    type: str
+    default: /run/sglang-lxc/readiness
 author:
   - sglang-lxc contributors (!UNKNOWN)
 """
@@ -197,6 +208,9 @@ def classify(
         state, detail = "crashed", obs["crash"]
     elif obs.get("http_status") == 200 and obs.get("model_listed"):
         state, detail = "healthy", "ready"
+        if obs.get("proven_at"):
+            at = time.strftime("%H:%M:%S", time.localtime(obs["proven_at"]))
+            detail = f"ready (scheduler answers; /health generated a token at {at}, same start)"
     elif now - last_progress >= stall_timeout:
         state = "hung"
         detail = (
@@ -297,7 +311,8 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         # at the earliest, so one after the other, eight instances took eight seconds a round
         with ThreadPoolExecutor(max_workers=max(1, len(looking))) as pool:
             futures = {i["name"]: pool.submit(observe, i, (records.get(i["name"]) or {}).get(
-                "baseline"), api_key, nvml) for i in looking}
+                "baseline"), api_key, nvml, proven_dir=params.get("proven_dir") or "")
+                for i in looking}
             seen = {name: future.result() for name, future in futures.items()}
         for instance in looking:
             name = instance["name"]
@@ -426,6 +441,7 @@ def main() -> None:
             "state": {"type": "dict", "default": {}},
             "log_lines": {"type": "int", "default": 20},
             "rate_window": {"type": "float", "default": 10.0},
+            "proven_dir": {"type": "str", "default": "/run/sglang-lxc/readiness"},
         },
         supports_check_mode=True,
     )

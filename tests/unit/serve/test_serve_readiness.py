@@ -144,7 +144,8 @@ def rounds(monkeypatch, script, stall=10.0, timeout=100.0, interval=2.0):
     monkeypatch.setattr(readiness, "journal_tail", lambda unit, n: [f"{unit} tail line"])
     start = clock.now
     monkeypatch.setattr(
-        readiness, "observe", lambda inst, base, key, nvml: script(inst["name"], clock.now - start)
+        readiness, "observe",
+        lambda inst, base, key, nvml, **kw: script(inst["name"], clock.now - start)
     )
     instances = [
         {
@@ -414,6 +415,62 @@ def test_an_instance_that_answers_healthy_is_not_read_further(monkeypatch):
     seen = probes.observe(instance, None, "", NoGpu())
     assert not seen["answered"] and read == ["journal", "io"]
     assert seen["log_count"] == 1
+
+
+def test_an_invocation_that_generated_a_token_is_asked_its_scheduler(monkeypatch, tmp_path):
+    """/health (a generated token, a second at the earliest) once per start of the unit; later
+    looks at the same invocation ask /server_info (the scheduler's loop, milliseconds). A restart
+    (a new InvocationID) or an answer but 200 sends the look back to /health."""
+    show = {"ActiveState": "active", "SubState": "running", "NRestarts": "0",
+            "InvocationID": "i1", "ControlGroup": "/system.slice/x", "MainPID": "42"}
+    monkeypatch.setattr(probes, "systemctl_show", lambda unit: dict(show))
+    monkeypatch.setattr(probes, "journal", lambda *a: ["line"])
+    monkeypatch.setattr(probes, "io_counters", lambda cg: (1, 2))
+    monkeypatch.setattr(probes, "port_open", lambda host, port: True)
+    asked = []
+    answers = {"/health": (200, b""), "/server_info": (200, b"{}"),
+               "/v1/models": (200, b'{"data": [{"id": "tiny"}]}')}
+
+    def get(host, port, path, key):
+        asked.append((path, key))
+        return answers[path]
+
+    monkeypatch.setattr(probes, "http_get", get)
+
+    class NoGpu:
+        def used_mib(self, gpus):
+            return None
+
+    instance = {"unit": "sglang@cpu0.service", "gpus": [], "probe_host": "127.0.0.1",
+                "port": 30000, "served_model_name": "tiny"}
+    where = str(tmp_path / "proven")
+
+    def look():
+        asked.clear()
+        seen = probes.observe(instance, None, "k", NoGpu(), proven_dir=where)
+        return seen, [path for path, _key in asked]
+
+    seen, paths = look()
+    assert paths == ["/health", "/v1/models"] and seen["answered"]
+    assert "proven_at" not in seen
+    assert json.loads((tmp_path / "proven/sglang@cpu0.service.json").read_text())[
+        "invocation"] == "i1"
+    seen, paths = look()
+    assert paths == ["/server_info", "/v1/models"] and seen["answered"], seen
+    assert ("/server_info", "k") in asked  # behind the API key, like /v1/models
+    detail = classify(seen, None, 0.0, 900)["detail"]
+    assert detail.startswith("ready (scheduler answers; /health generated a token at "), detail
+    answers["/server_info"] = (None, b"")  # the scheduler does not answer: not healthy ...
+    seen, paths = look()
+    assert paths == ["/server_info"] and not seen["answered"]
+    answers["/server_info"] = (200, b"{}")
+    seen, paths = look()  # ... and the next look asks /health again
+    assert paths == ["/health", "/v1/models"] and seen["answered"]
+    show["InvocationID"] = "i2"  # restarted: its new run has generated nothing yet
+    seen, paths = look()
+    assert paths[0] == "/health"
+    seen = probes.observe(instance, None, "k", NoGpu())  # no proven_dir: /health every time
+    assert asked[-2][0] == "/health"
 
 
 def test_a_round_looks_at_every_instance_at_once(monkeypatch):
