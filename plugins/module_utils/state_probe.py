@@ -437,3 +437,21 @@ def probe(
             drifted.append(name)
     return {"drift": drift, "drifted": drifted, "records": records,
             "stats": stat_paths(stats or [])}
+
+
+# The module's arguments; the action plugin state_probe applies them on the controller.
+ARGUMENT_SPEC = {
+    "concerns": {"type": "list", "elements": "dict", "required": True},
+    "stats": {"type": "list", "elements": "path", "default": []},
+    "dpkg_status": {"type": "path", "default": DPKG_STATUS},
+}
+
+
+def answer(concerns: list[dict], stats: list[str] | None = None,
+           dpkg_status: str = DPKG_STATUS) -> dict:
+    """The module's whole result, for validated arguments (the module and the action's bare
+    run both return this)."""
+    names = [c.get("name") for c in concerns]
+    if None in names or len(set(names)) != len(names):
+        return {"failed": True, "msg": f"every concern needs a unique name, got {names}"}
+    return {"changed": False, **probe(concerns, dpkg_status, run, stats)}

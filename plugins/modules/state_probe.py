@@ -75,31 +75,17 @@ records:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.state_probe import (
-    DPKG_STATUS,
-    probe,
+    ARGUMENT_SPEC,
+    answer,
 )
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "concerns": {"type": "list", "elements": "dict", "required": True},
-            "stats": {"type": "list", "elements": "path", "default": []},
-            "dpkg_status": {"type": "path", "default": DPKG_STATUS},
-        },
-        supports_check_mode=True,
-    )
-    names = [c.get("name") for c in module.params["concerns"]]
-    if None in names or len(set(names)) != len(names):
-        module.fail_json(msg=f"every concern needs a unique name, got {names}")
-
-    def runner(argv: list[str]) -> tuple[int, str]:
-        rc, out, _err = module.run_command(argv)
-        return rc, out
-
-    result = probe(module.params["concerns"], module.params["dpkg_status"], runner,
-                   module.params["stats"])
-    module.exit_json(changed=False, **result)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = answer(**module.params)
+    if result.get("failed"):
+        module.fail_json(**{k: v for k, v in result.items() if k != "failed"})
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

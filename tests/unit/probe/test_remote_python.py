@@ -1,0 +1,90 @@
+"""The bare run of a module_utils function on the target (plugins/plugin_utils/remote_python.py):
+the program the action plugin state_probe sends to the target's Python, run here by a Python
+that cannot import Ansible (-S: no site-packages), against the probe's answer in-process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import state_probe
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import remote_python
+
+MODULE = remote_python.PACKAGE + "state_probe"
+
+
+def bare(program: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-S", "-"], input=program, capture_output=True,
+                          text=True, check=False, timeout=60)
+
+
+def test_the_program_gives_the_modules_answer_without_ansible(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/app.conf").write_text("x = 1\n")
+    (tmp_path / "record.json").write_text(json.dumps({"version": "1", "at": 5}))
+    concerns = [
+        {"name": "tree", "paths": [{"path": str(tmp_path / "etc"), "state": "directory"}]},
+        {"name": "conf", "files": [{"path": str(tmp_path / "etc/app.conf"), "sha1": "0" * 40}]},
+        {"name": "record", "records": [{"path": str(tmp_path / "record.json"),
+                                        "equal": {"version": "1"}, "ignore": ["at"]}]},
+        {"name": "gone", "paths": [{"path": str(tmp_path / "nope"), "state": "file"}],
+         "follows": ["conf"]},
+    ]
+    params, errors = remote_python.validate(state_probe.ARGUMENT_SPEC, {"concerns": concerns})
+    assert errors == []
+    assert params["stats"] == [] and params["dpkg_status"] == state_probe.DPKG_STATUS
+    proc = bare(remote_python.payload(MODULE, "answer", params))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer == json.loads(json.dumps(state_probe.answer(**params)))
+    assert answer["drifted"] == ["conf", "gone"]
+    assert answer["drift"]["gone"][0] == "follows conf, which drifted"
+
+
+def test_a_failing_function_fails_the_task_with_its_error():
+    params, errors = remote_python.validate(state_probe.ARGUMENT_SPEC,
+                                            {"concerns": [{"name": "a"}, {"name": "a"}]})
+    assert errors == []
+    answer = json.loads(bare(remote_python.payload(MODULE, "answer", params)).stdout)
+    assert answer == {"failed": True, "msg": "every concern needs a unique name, got ['a', 'a']"}
+    params["concerns"] = "not a list of dicts"
+    answer = json.loads(bare(remote_python.payload(MODULE, "answer", params)).stdout)
+    assert answer["failed"] and answer["msg"].startswith("AttributeError")
+
+
+def test_bad_arguments_are_refused_on_the_controller():
+    _params, errors = remote_python.validate(state_probe.ARGUMENT_SPEC, {"concernz": []})
+    assert any("concerns" in e for e in errors) and any("concernz" in e for e in errors)
+
+
+def test_only_files_that_import_nothing_of_ansible_are_shipped():
+    shipped = remote_python.sources(MODULE)
+    assert set(shipped) == {MODULE, remote_python.PACKAGE + "cuda_links"}
+    with pytest.raises(ImportError, match="imports Ansible"):
+        remote_python.sources("ansible_collections.sglang_lxc.serving.plugins.plugin_utils."
+                              "remote_python")
+
+
+class Action:
+    def __init__(self, pipelining=True, environment=None, async_val=0):
+        self._task = SimpleNamespace(async_val=async_val, environment=environment or [{}])
+        self._templar = SimpleNamespace(template=lambda value: value)
+        self._pipelining = pipelining
+
+    def _is_pipelining_enabled(self, style):
+        return self._pipelining and style == "new"
+
+
+@pytest.mark.parametrize(("action", "task_vars", "expected"), [
+    (Action(), {"ansible_python_interpreter": "/usr/bin/python3"}, "/usr/bin/python3"),
+    (Action(), {}, None),  # an interpreter to discover: the module finds it
+    (Action(), {"ansible_python_interpreter": "auto_silent"}, None),
+    (Action(pipelining=False), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+    (Action(environment=[{"A": "1"}]), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+    (Action(async_val=30), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+])
+def test_the_module_runs_as_usual_where_the_bare_run_would_differ(action, task_vars, expected):
+    assert remote_python.fast_path(action, task_vars) == expected
