@@ -22,9 +22,10 @@ import importlib.util
 import json
 import re
 import shlex
-from typing import Any
+from typing import Any, ClassVar
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
 
 PACKAGE = "ansible_collections.sglang_lxc.serving.plugins.module_utils."
 _LOCAL_IMPORT = re.compile(
@@ -150,3 +151,30 @@ def run(
     if not isinstance(answer, dict):
         return {"failed": True, "msg": f"{module}.{function} answered {type(answer).__name__}"}
     return answer
+
+
+class BareModuleAction(ActionBase):
+    """The action of a read-only module whose whole logic is ``FUNCTION`` of the module_utils
+    ``UTIL`` (arguments: ``ARGUMENT_SPEC``): run bare where that is the module's run, else the
+    module ``MODULE`` as usual."""
+
+    MODULE = ""
+    UTIL = ""
+    ARGUMENT_SPEC: ClassVar[dict[str, Any]] = {}
+    FUNCTION = "answer"
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        python = fast_path(self, task_vars)
+        if python is None:
+            result.update(self._execute_module(module_name=self.MODULE, module_args=self._task.args,
+                                               task_vars=task_vars))
+            return result
+        params, errors = validate(self.ARGUMENT_SPEC, self._task.args)
+        if errors:
+            result.update(failed=True, msg=f"{self.MODULE}: " + "; ".join(errors))
+            return result
+        result.update(run(self, python, PACKAGE + self.UTIL, self.FUNCTION, params))
+        return result

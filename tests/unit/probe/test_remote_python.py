@@ -88,3 +88,22 @@ class Action:
 ])
 def test_the_module_runs_as_usual_where_the_bare_run_would_differ(action, task_vars, expected):
     assert remote_python.fast_path(action, task_vars) == expected
+
+
+def test_the_stack_probe_runs_bare_too(tmp_path):
+    from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack_probe
+
+    params, errors = remote_python.validate(sglang_stack_probe.ARGUMENT_SPEC, {
+        "venv": str(tmp_path / "venv"), "release": "r1", "pins": ["sglang==0.5.12"],
+        "python": sys.executable,
+        "concerns": [{"name": "record", "paths": [{"path": str(tmp_path), "state": "directory"}]}],
+    })
+    assert errors == []
+    module = remote_python.PACKAGE + "sglang_stack_probe"
+    proc = bare(remote_python.payload(module, "answer", params))
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer == json.loads(json.dumps(sglang_stack_probe.answer(**params)))
+    assert answer["drifted"] and answer["reasons"] == [f"{tmp_path}/venv does not exist"]
+    assert answer["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert answer["state"]["drifted"] == []
