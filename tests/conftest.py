@@ -138,11 +138,31 @@ def lab_clone(golden_template, lab_container):
     return make
 
 
-# The longest lab file first: pytest-xdist's --dist loadfile hands files to the workers in
-# collection order, and the real-engine serving suite (about 20 minutes of SGLang instance
-# starts in one container) bounds the whole run's wall time unless a worker starts it at once.
-LONGEST_FIRST = ("tests/integration/serve/",)
+# The order in which pytest-xdist's --dist loadfile hands files to the workers (pyproject's
+# addopts turn off its own reordering, which sorts files by their number of tests and so put the
+# serving file far down). Each worker holds two files from the start: the three first files go
+# one to each worker, the next three likewise. The real-engine serving file (about 830 s of
+# SGLang instance starts in one container, CI 2026-12-04) bounds the run's wall time, so it
+# starts at once and its worker's second file is a unit file of a second; the other lab files
+# follow longest first (seconds in that run), then the rest in collection order.
+FILE_ORDER = (
+    "tests/integration/serve/",                           # 830 s
+    "tests/integration/faults/",                          # 343 s
+    "tests/integration/cuda/",                            # 285 s
+    "tests/unit/test_role_calls.py",                      # 1 s: the serving worker's second
+    "tests/integration/sglang/test_kernel_build_lab.py",  # 271 s
+    "tests/integration/gpu/",                             # 187 s
+    "tests/integration/jit/",                             # 176 s
+    "tests/integration/proxmox_lxc/test_clone.py",        # 149 s
+    "tests/integration/",                                 # 10-80 s each
+    "tests/unit/sglang/test_lock_stack.py",               # 64 s
+)
+
+
+def _file_rank(nodeid: str) -> int:
+    return next((i for i, prefix in enumerate(FILE_ORDER) if nodeid.startswith(prefix)),
+                len(FILE_ORDER))
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable otherwise
+    items.sort(key=lambda item: _file_rank(item.nodeid))  # stable: a file's tests stay in order
