@@ -140,16 +140,14 @@ def lab_clone(golden_template, lab_container):
 
 # The order in which pytest-xdist's --dist loadfile hands files to the workers (pyproject's
 # addopts turn off its own reordering, which sorts files by their number of tests and so put the
-# serving file far down). Each worker holds two files from the start: the three first files go
-# one to each worker, the next three likewise. The real-engine serving file (about 830 s of
-# SGLang instance starts in one container, CI 2026-12-04) bounds the run's wall time, so it
-# starts at once and its worker's second file is a unit file of a second; the other lab files
-# follow longest first (seconds in that run), then the rest in collection order.
+# serving file far down). A worker takes the next file in this order whenever two or fewer of
+# its tests are left. The real-engine serving file (about 830 s of SGLang instance starts in one
+# container, CI 2026-12-04) bounds the run's wall time, so it starts at once; the other lab
+# files follow longest first (seconds in that run), then the rest in collection order.
 FILE_ORDER = (
     "tests/integration/serve/",                           # 830 s
     "tests/integration/faults/",                          # 343 s
     "tests/integration/cuda/",                            # 285 s
-    "tests/unit/test_role_calls.py",                      # 1 s: the serving worker's second
     "tests/integration/sglang/test_kernel_build_lab.py",  # 271 s
     "tests/integration/gpu/",                             # 187 s
     "tests/integration/jit/",                             # 176 s
