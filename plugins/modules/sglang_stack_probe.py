@@ -90,14 +90,9 @@ state:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
-# installed_versions, probe, python_version: unit-tested through this module
-from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack_probe import (  # noqa: F401
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_stack_probe import (
     ARGUMENT_SPEC,
     answer,
-    installed_versions,
-    probe,
-    python_version,
 )
 
 

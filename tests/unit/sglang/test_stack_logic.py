@@ -14,8 +14,10 @@ import zipfile
 
 import pytest
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_stack as stack
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_stack_probe as probe_mod,
+)
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import uv_tool
-from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_probe as probe_mod
 from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_stack_release as release
 
 from tests.venvs import make_venv
