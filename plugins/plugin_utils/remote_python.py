@@ -108,7 +108,9 @@ def validate(
     argument_spec: dict[str, Any], args: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """The module's argument spec applied on the controller, as AnsibleModule applies it on the
-    target: (parameters with defaults and types, error messages)."""
+    target: (parameters with defaults and types, error messages). One difference: a ``path``
+    argument's ``~`` expands to the controller user's home, so the probes take absolute paths
+    (every role passes them so)."""
     result = ArgumentSpecValidator(argument_spec).validate(args)
     return result.validated_parameters, [str(m) for m in result.error_messages]
 
