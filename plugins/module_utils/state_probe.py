@@ -29,6 +29,10 @@ Check kinds (keys of a concern):
 - ``services``: ``{name, enabled, active}``: systemd units enabled and running (one
   ``systemctl show`` for all of them).
 
+Besides drift, ``stats`` reports what a task needs to know of a few paths, and ``http`` answers a
+few GETs on the host's loopback (``{url, timeout}`` -> ``{status, json, msg}``): a role's
+readiness can then take a converged host's answer from its probe instead of a task of its own.
+
 A concern with ``enabled: false`` is neither read nor reported; ``follows: [names]`` makes a
 concern drift whenever one of those did (a new release needs its links and switch).
 """
@@ -413,13 +417,36 @@ def stat_paths(paths: list[str]) -> dict[str, dict[str, bool]]:
     return out
 
 
+def http_get(spec: dict) -> dict:
+    """One GET: {status, json, msg}; status 0 when nothing answered, json None unless the body
+    is JSON. No proxy: the URLs are the host's own services."""
+    import urllib.error  # only here: http.client and ssl cost a probe that asks nothing
+    import urllib.request
+
+    url = spec["url"]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=float(spec.get("timeout", 5))) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    except (OSError, ValueError) as exc:  # refused, timed out, a bad URL
+        return {"status": 0, "json": None, "msg": f"{url}: {exc}"}
+    try:
+        parsed = json.loads(body.decode("utf-8"))
+    except ValueError:
+        parsed = None
+    return {"status": status, "json": parsed, "msg": ""}
+
+
 def probe(
     concerns: list[dict],
     dpkg_status: str = DPKG_STATUS,
     runner: Runner = run,
     stats: list[str] | None = None,
+    http: list[dict] | None = None,
 ) -> dict:
-    """Check every enabled concern: {drift, drifted, records, stats}."""
+    """Check every enabled concern: {drift, drifted, records, stats, http}."""
     drift: dict[str, list[str]] = {}
     records: dict[str, Any] = {}
     drifted: list[str] = []
@@ -436,7 +463,8 @@ def probe(
         if reasons:
             drifted.append(name)
     return {"drift": drift, "drifted": drifted, "records": records,
-            "stats": stat_paths(stats or [])}
+            "stats": stat_paths(stats or []),
+            "http": {spec["url"]: http_get(spec) for spec in http or []}}
 
 
 # The module's arguments; the action plugin state_probe applies them on the controller.
@@ -444,14 +472,17 @@ ARGUMENT_SPEC = {
     "concerns": {"type": "list", "elements": "dict", "required": True},
     "stats": {"type": "list", "elements": "path", "default": []},
     "dpkg_status": {"type": "path", "default": DPKG_STATUS},
+    "http": {"type": "list", "elements": "dict", "default": [],
+             "options": {"url": {"type": "str", "required": True},
+                         "timeout": {"type": "float", "default": 5}}},
 }
 
 
 def answer(concerns: list[dict], stats: list[str] | None = None,
-           dpkg_status: str = DPKG_STATUS) -> dict:
+           dpkg_status: str = DPKG_STATUS, http: list[dict] | None = None) -> dict:
     """The module's whole result, for validated arguments (the module and the action's bare
     run both return this)."""
     names = [c.get("name") for c in concerns]
     if None in names or len(set(names)) != len(names):
         return {"failed": True, "msg": f"every concern needs a unique name, got {names}"}
-    return {"changed": False, **probe(concerns, dpkg_status, run, stats)}
+    return {"changed": False, **probe(concerns, dpkg_status, run, stats, http)}

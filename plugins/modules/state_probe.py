@@ -36,6 +36,22 @@ options:
     description: dpkg's status file.
     type: path
     default: /var/lib/dpkg/status
+  http:
+    description:
+      - GETs to make on the host (its own services, no proxy), reported as C(http); a role's
+        readiness takes a converged host's answer from here instead of a task of its own.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      url:
+        description: The URL.
+        type: str
+        required: true
+      timeout:
+        description: Seconds to wait for the answer.
+        type: float
+        default: 5
 author:
   - sglang-lxc contributors (!UNKNOWN)
 """
@@ -65,6 +81,12 @@ drift:
   returned: always
 stats:
   description: Per path of O(stats), C(exists), C(isdir), C(isreg), C(ischr).
+  type: dict
+  returned: always
+http:
+  description: >-
+    Per URL of O(http), C(status) (0 when nothing answered), C(json) (the body parsed, or null)
+    and C(msg).
   type: dict
   returned: always
 records:

@@ -47,7 +47,8 @@ def test_paths_by_state_mode_and_owner(tmp_path):
             {"path": str(tmp_path / "gone"), "state": "absent"},
         ],
     }
-    assert probe([concern]) == {"drift": {"paths": []}, "drifted": [], "records": {}, "stats": {}}
+    assert probe([concern]) == {"drift": {"paths": []}, "drifted": [], "records": {}, "stats": {},
+                             "http": {}}
     (tmp_path / "f").chmod(0o644)
     (tmp_path / "l").unlink()
     (tmp_path / "l").symlink_to("f")
@@ -349,3 +350,42 @@ def test_users_and_groups_from_the_account_databases():
         f"user {me.pw_name}: home {me.pw_dir}, want /elsewhere",
         f"user {me.pw_name}: shell {me.pw_shell}, want /usr/sbin/nologin",
     ]
+
+
+def test_http_answers_of_the_hosts_own_services():
+    """GETs on loopback: JSON parsed, an error status kept with its body, a closed port 0."""
+    import http.server
+    import socket
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, body = {"/workers": (200, b'{"workers": [{"url": "w", "is_healthy": true}]}'),
+                          "/text": (200, b"ok"),
+                          "/busy": (503, b'{"error": "no_available_workers"}')}[self.path]
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        urls = [f"{base}/workers", f"{base}/text", f"{base}/busy", f"http://127.0.0.1:{closed}/"]
+        result = sp.answer([], http=[{"url": u, "timeout": 5} for u in urls])
+    finally:
+        server.shutdown()
+    http = result["http"]
+    assert http[urls[0]] == {"status": 200, "msg": "",
+                             "json": {"workers": [{"url": "w", "is_healthy": True}]}}
+    assert http[urls[1]] == {"status": 200, "json": None, "msg": ""}
+    assert http[urls[2]] == {"status": 503, "json": {"error": "no_available_workers"}, "msg": ""}
+    assert http[urls[3]]["status"] == 0 and "refused" in http[urls[3]]["msg"].lower()
+    assert result["changed"] is False and result["drifted"] == []
