@@ -3,7 +3,8 @@
 """Read GPUs through NVML and find the processes that hold /dev/nvidia* open.
 
 Pure logic, shared by the ``nvml_facts`` and ``gpu_drain_stop`` modules. Nothing here imports
-pynvml: callers pass the module (or a stand-in with the same names) as ``nvml``, and
+pynvml at import time: callers pass the module (or a stand-in with the same names) as ``nvml``
+(``answer``, the whole of ``nvml_facts``, imports the real one), and
 ``proc_root`` lets tests point the /proc scan at a fake tree. No Ansible imports either, so
 tests load this file directly.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 
 # Units whose names end like this are systemd units; the innermost one in a cgroup path owns the
 # process (e.g. /system.slice/system-sglang.slice/sglang@0.service -> sglang@0.service).
@@ -308,3 +310,24 @@ def host_resources(paths=(), meminfo="/proc/meminfo"):
         "cpus": cpus,
         "disks": disks,
     }
+
+
+# The module nvml_facts's arguments; its action plugin applies them on the controller.
+ARGUMENT_SPEC = {"disk_paths": {"type": "list", "elements": "str", "default": []}}
+
+
+def answer(disk_paths=()):
+    """The module nvml_facts's whole result: pynvml as this interpreter imports it, the GPUs,
+    their holders and the host's resources (the module and the action's bare run both return
+    this)."""
+    try:
+        import pynvml as nvml
+
+        import_error = None
+    except ImportError as exc:
+        nvml, import_error = None, str(exc)
+    # our own process (and its parent: the Ansible wrapper or the shell) never counts as a holder
+    facts = collect(nvml, exclude_pids=(os.getpid(), os.getppid()), import_error=import_error)
+    facts["host"] = host_resources(disk_paths)
+    facts["python"] = sys.executable
+    return {"changed": False, "ansible_facts": {"gpu_nvml": facts}}

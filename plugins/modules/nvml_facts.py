@@ -53,32 +53,16 @@ ansible_facts:
       type: dict
 """
 
-import os
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.gpu_nvml import (
-    collect,
-    host_resources,
+    ARGUMENT_SPEC,
+    answer,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={"disk_paths": {"type": "list", "elements": "str", "default": []}},
-        supports_check_mode=True,
-    )
-    try:
-        import pynvml as nvml
-
-        import_error = None
-    except ImportError as exc:
-        nvml, import_error = None, str(exc)
-    # our own process (and its parent, the Ansible wrapper) never counts as a GPU holder
-    facts = collect(nvml, exclude_pids=(os.getpid(), os.getppid()), import_error=import_error)
-    facts["host"] = host_resources(module.params["disk_paths"])
-    facts["python"] = sys.executable
-    module.exit_json(changed=False, ansible_facts={"gpu_nvml": facts})
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.exit_json(**answer(**module.params))
 
 
 if __name__ == "__main__":
