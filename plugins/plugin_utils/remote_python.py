@@ -28,8 +28,10 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 PACKAGE = "ansible_collections.sglang_lxc.serving.plugins.module_utils."
+# "from <package>.<name> import x" and "from <package> import a, b" (each a module of it).
 _LOCAL_IMPORT = re.compile(
-    r"^\s*from (ansible_collections\.sglang_lxc\.serving\.plugins\.module_utils\.\w+) import",
+    r"^\s*from ansible_collections\.sglang_lxc\.serving\.plugins\.module_utils"
+    r"(?:\.(\w+) import|\s+import\s+\(?([\w, ]+))",
     re.M,
 )
 _ANSIBLE_IMPORT = re.compile(r"^\s*(?:from|import) ansible\.", re.M)
@@ -90,7 +92,10 @@ def sources(module: str) -> dict[str, str]:
         if _ANSIBLE_IMPORT.search(text):
             raise ImportError(f"{name} imports Ansible: it runs only as a module")
         found[name] = text
-        todo.extend(_LOCAL_IMPORT.findall(text))
+        for submodule, names in _LOCAL_IMPORT.findall(text):
+            for short in [submodule] if submodule else names.split(","):
+                if short.strip():
+                    todo.append(PACKAGE + short.split(" as ")[0].strip())
     return found
 
 

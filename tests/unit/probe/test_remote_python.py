@@ -4,9 +4,12 @@ that cannot import Ansible (-S: no site-packages), against the probe's answer in
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -107,3 +110,30 @@ def test_the_stack_probe_runs_bare_too(tmp_path):
     assert answer["drifted"] and answer["reasons"] == [f"{tmp_path}/venv does not exist"]
     assert answer["python_version"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert answer["state"]["drifted"] == []
+
+
+# the bare actions: those that name the module_utils they run on the host (UTIL = "...")
+BARE_ACTIONS = sorted(p.stem for p in (Path(__file__).parents[3] / "plugins/action").glob("*.py")
+                      if re.search(r"^\s+UTIL = ", p.read_text(), re.M))
+
+
+@pytest.mark.parametrize("action", BARE_ACTIONS)
+def test_every_bare_action_ships_what_its_module_utils_imports(action):
+    """Each module_utils a bare action names is shipped with every file of this collection it
+    imports, in either spelling of the import, and imports under -S with only those."""
+    plugins = remote_python.PACKAGE.removesuffix("module_utils.")
+    plugin = importlib.import_module(f"{plugins}action.{action}")
+    module = remote_python.PACKAGE + plugin.ActionModule.UTIL
+    shipped = remote_python.sources(module)
+    local = re.findall(r"^\s*(?:from|import) ansible_collections\.[\w.]+", shipped[module], re.M)
+    for line in local:
+        assert line.split()[1].startswith(remote_python.PACKAGE.rstrip(".")), line
+    program = (remote_python.payload(module, "answer", {}).split("sys.meta_path.insert")[0]
+               + f"sys.meta_path.insert(0, _Sources())\nimport {module}\nprint('imported')\n")
+    proc = bare(program)
+    assert proc.returncode == 0 and proc.stdout.strip() == "imported", proc.stderr
+
+
+def test_a_package_import_of_a_module_utils_is_followed():
+    shipped = remote_python.sources(remote_python.PACKAGE + "sglang_kernel_cubins")
+    assert remote_python.PACKAGE + "json_cache" in shipped

@@ -1,4 +1,5 @@
-"""The installed sgl_kernel's cubin architectures (plugins/modules/sglang_kernel_cubins.py): what
+"""The installed sgl_kernel's cubin architectures (plugins/module_utils/sglang_kernel_cubins.py,
+the module's whole logic): what
 ``cuobjdump --list-elf`` prints (the lines below are its output on the lock's sglang-kernel
 0.4.2.post2, nvidia-cuda-cuobjdump 13.2.86), and the verdict for a GPU. The lab runs the module
 with the toolchain's cuobjdump (tests/integration/sglang/test_kernel_build_lab.py).
@@ -7,10 +8,9 @@ with the toolchain's cuobjdump (tests/integration/sglang/test_kernel_build_lab.p
 from __future__ import annotations
 
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import json_cache
-
-from tests.loaders import ROOT, load_file
-
-cubins = load_file("sglang_kernel_cubins_module", ROOT / "plugins/modules/sglang_kernel_cubins.py")
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_kernel_cubins as cubins,
+)
 
 ARCHS = ["sm_90", "sm_80", "sm_89", "sm_100a", "sm_120a", "sm_103a", "sm_90a"]
 
@@ -97,3 +97,37 @@ def test_a_listing_is_kept_for_the_same_files_and_read_again_for_new_ones(tmp_pa
     new.replace(lib)  # reinstalled the way an install does: another inode, size, mtime
     assert cubins.identity([str(lib)], str(tool)) != key
     assert json_cache.read("", key) is None  # "" turns the cache off
+
+
+def test_answer_reads_a_venvs_package_with_a_cuobjdump_then_from_the_cache(tmp_path):
+    """The module's whole run (what its action runs bare on the target): the package found in
+    the venv's site-packages without starting its Python, each library listed by the cuobjdump
+    that the env file's CUDA_HOME names, the second run from the cache; a GPU no library
+    holds fails."""
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "sgl_kernel"
+    (site / "sm100").mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "sm100" / "common_ops.abi3.so").write_bytes(b"\x7fELF")
+    calls = tmp_path / "calls"
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    tool = home / "bin" / "cuobjdump"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
+                    "echo 'ELF file    1: common_ops.abi3.1.sm_120a.cubin'\n")
+    tool.chmod(0o755)
+    env = tmp_path / "cuda.env"
+    env.write_text(f"CUDA_HOME={home}\n")
+    args = {"python": str(tmp_path / "venv" / "bin" / "python"), "cuda_env_file": str(env),
+            "cache_dir": str(tmp_path / "cache")}
+    first = cubins.answer(**args)
+    assert first["libraries"] == {"sm100/common_ops": {"sm_120a": 1}}
+    assert first["cached"] is False and first["cuobjdump"] == str(tool)
+    assert "failed" not in first and "no GPU, reported only" in first["summary"]
+    again = cubins.answer(**args)
+    assert again["cached"] is True and again["libraries"] == first["libraries"]
+    assert len(calls.read_text().splitlines()) == 1  # the second run read no library
+    wrong = cubins.answer(**args, gpu_compute_caps=["9.0"])
+    assert wrong["failed"] is True and "sm_90 is in no common_ops library" in wrong["msg"]
+    assert cubins.answer(**{**args, "python": str(tmp_path / "none" / "bin" / "python")}) == {
+        "changed": False, "libraries": {}, "gpu_archs": [], "cuobjdump": "",
+        "summary": f"sgl_kernel is not installed in {tmp_path / 'none'}"}
