@@ -189,6 +189,11 @@ def load_progress(
             flat = rate * span < 0.01 * total
             if flat and resident is not None and resident >= 0.9 * (total - done):
                 progress["cached"] = True
+    last = previous.get("progress", {})
+    if read is None and last.get("done_bytes") is not None:
+        # no process of the unit to count (killed, before systemd restarts or reports it): the
+        # load got as far as last read, not back to SGLang's shard count, which lags the reads
+        progress["done_bytes"], progress["percent"] = last["done_bytes"], last["percent"]
     if shards and (progress["percent"] is None or progress["cached"]):
         progress["percent"] = int(shards[0] * 100 // max(1, shards[1]))
     progress["text"] = progress_text(progress)

@@ -238,6 +238,19 @@ def test_progress_reads_like_the_issue_says():
     assert record["label"] == "loading 42% (234/547 GB, 1.9 GB/s, ETA 2m45s)"
 
 
+def test_a_look_between_a_kill_and_the_restart_keeps_the_bytes_read():
+    """CI once saw 73% then 67%: the unit's processes were gone (killed mid-load), read_bytes
+    was None, and the percent fell back to SGLang's shard count, which lags the reads."""
+    total = 2 * GB
+    record = classify(obs(read_bytes=0, total_bytes=total), None, 0.0, 900)
+    record = classify(obs(read_bytes=int(1.46 * GB), total_bytes=total, shards=[27, 40]), record,
+                      40.0, 900)
+    assert record["progress"]["percent"] == 73
+    record = classify(obs(read_bytes=None, total_bytes=total, shards=[27, 40]), record, 44.0, 900)
+    assert record["progress"]["percent"] == 73 and record["progress"]["rate_bps"] is None
+    assert record["label"] == "loading 73% (1.5/2.0 GB, shards 27/40)"
+
+
 def test_a_model_under_a_megabyte_reads_in_kilobytes():
     """The lab's tiny Llama (about 400 kB of weights) once read "100% (0/0 MB, 0 MB/s)"."""
     total = 420_000
