@@ -54,13 +54,30 @@ def test_check_mode_reports_but_keeps_the_file(tmp_path):
     assert len(result["bad"]) == 1 and wheel.exists()
 
 
+def held_by_another(path) -> bool:
+    """Whether another open file description holds an exclusive flock on path."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock this probe took
+    return False
+
+
 def test_lock_waits_then_names_its_holder(tmp_path):
     path = tmp_path / "install.lock"
     # flock(1) runs sleep with the lock's descriptor: like an orphaned pip, sleep holds it
     holder = subprocess.Popen(["flock", str(path), "sleep", "30"], start_new_session=True)
     try:
-        for _ in range(50):
-            if path.exists():
+        # until flock(1) holds it: the file exists before the lock is taken (CI once took the
+        # lock first, on a busy machine, and the test's acquire did not wait)
+        for _ in range(100):
+            if held_by_another(path):
                 break
             subprocess.run(["sleep", "0.1"], check=True)
         with pytest.raises(TimeoutError) as err:
