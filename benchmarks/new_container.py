@@ -25,12 +25,16 @@ toolchain+stack_s what the roles still had to do on the clone. The template is d
     .venv/bin/python benchmarks/new_container.py --template 260 --vmids 261 \
         --uv-cache /var/lib/sglang-lxc-lab/node-cache/uv --keep-node
 
---serve goes on to serving: each container gets the lab's tiny Llama in its model store and
+--serve goes on to serving: each container gets the lab's tiny Llama in its model store (made
+before the container is, as a node's model store is there before its container) and
 playbooks/serve.yml with one CPU instance (SGLang 0.5.12's real engine, as ct200 serves), until
-healthy. serve_s is that run; engine_s is the engine's own start, read from the unit's journal
-(systemd's "Started sglang@cpu0.service" to SGLang's "The server is fired up and ready to
-roll!"); ours_s = create_s + toolchain_and_stack_s + serve_s - engine_s, what the clone and the
-roles take beyond the engine.
+healthy. serve_s is that run; engine_s is the engine's own start, read from the unit's journal of
+the current boot (systemd's "Started sglang@cpu0.service" to SGLang's "The server is fired up and
+ready to roll!"); ours_s = create_s + toolchain_and_stack_s + serve_s - engine_s, what the clone
+and the roles take beyond the engine. With --template, the template serves too before it is
+made one (a converged container, serving included: its clones boot serving, and the roles find
+only what differs); --bare-template makes it from the toolchain and the stack alone, so that
+every clone's serving is converged from nothing.
 """
 
 from __future__ import annotations
@@ -76,8 +80,8 @@ SERVE = {  # one CPU instance of the real engine, as inventory/lab/host_vars/ct2
 
 def journal_time(ct: LabContainer, pattern: str) -> float | None:
     """Unix time of the first line of sglang@cpu0's journal that holds pattern."""
-    lines = ct.exec("journalctl", "--no-pager", "-o", "short-unix", "-u", "sglang@cpu0.service",
-                    check=False).stdout.splitlines()
+    lines = ct.exec("journalctl", "--no-pager", "-b", "-o", "short-unix", "-u",
+                    "sglang@cpu0.service", check=False).stdout.splitlines()
     for line in lines:
         if pattern in line:
             return float(line.split()[0])
@@ -86,9 +90,6 @@ def journal_time(ct: LabContainer, pattern: str) -> float | None:
 
 def serve(ct: LabContainer, extra: dict, timing: dict) -> dict:
     """serve.yml with one CPU instance until healthy; the engine's own start from its journal."""
-    from sglang_lxc import lab_model
-
-    lab_model.make(lab_root() / "data" / ct.name / "models" / "tiny-llama")
     start = time.monotonic()
     run = ansible_playbook("playbooks/serve.yml", ct.inventory, extra_vars={**extra, **SERVE},
                            args=["--limit", ct.name], env=timing)
@@ -116,6 +117,9 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="full clones instead of linked ones")
     ap.add_argument("--serve", action="store_true",
                     help="then serve the lab's tiny Llama with one CPU instance, until healthy")
+    ap.add_argument("--bare-template", action="store_true",
+                    help="with --template --serve: the template does not serve (its clones "
+                    "converge serving from nothing)")
     args = ap.parse_args()
     for d in (args.node_dir, args.uv_cache):
         d.mkdir(parents=True, exist_ok=True)
@@ -149,6 +153,10 @@ def main() -> None:
             try:
                 ct.destroy()
                 write_inventory(ct)
+                if args.serve:
+                    from sglang_lxc import lab_model
+
+                    lab_model.make(lab_root() / "data" / name / "models" / "tiny-llama")
                 start = time.monotonic()
                 made = ct.provision()
                 create_s = time.monotonic() - start
@@ -169,7 +177,7 @@ def main() -> None:
                 fig = {"container": n, "name": name, "how": how, "create_s": round(create_s, 1),
                        "toolchain_and_stack_s": round(run_s, 1), "bytes_from_controller": sent,
                        "changed": run.changed}
-                if args.serve and not (args.template and vmid == args.template):
+                if args.serve and not (args.bare_template and vmid == args.template):
                     fig.update(serve(ct, extra, timing))
                 figures.append(fig)
                 print(json.dumps(fig), flush=True)
