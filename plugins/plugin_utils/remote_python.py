@@ -25,6 +25,7 @@ import shlex
 from typing import Any, ClassVar
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
 
 PACKAGE = "ansible_collections.sglang_lxc.serving.plugins.module_utils."
@@ -116,8 +117,16 @@ def validate(
     target: (parameters with defaults and types, error messages). One difference: a ``path``
     argument's ``~`` expands to the controller user's home, so the probes take absolute paths
     (every role passes them so)."""
+    return validated(argument_spec, args)[:2]
+
+
+def validated(
+    argument_spec: dict[str, Any], args: dict[str, Any]
+) -> tuple[dict[str, Any], list[str], set[str]]:
+    """validate(), and the values of the ``no_log`` arguments, which the answer must not show."""
     result = ArgumentSpecValidator(argument_spec).validate(args)
-    return result.validated_parameters, [str(m) for m in result.error_messages]
+    return (result.validated_parameters, [str(m) for m in result.error_messages],
+            set(result._no_log_values))  # what AnsibleModule masks in a module's result
 
 
 def fast_path(action: Any, task_vars: dict[str, Any]) -> str | None:
@@ -179,9 +188,16 @@ class BareModuleAction(ActionBase):
             result.update(self._execute_module(module_name=self.MODULE, module_args=self._task.args,
                                                task_vars=task_vars))
             return result
-        params, errors = validate(self.ARGUMENT_SPEC, self._task.args)
-        if errors:
-            result.update(failed=True, msg=f"{self.MODULE}: " + "; ".join(errors))
-            return result
-        result.update(run(self, python, PACKAGE + self.UTIL, self.FUNCTION, params))
+        result.update(bare_answer(self, python, self))
         return result
+
+
+def bare_answer(action: Any, python: str, spec: BareModuleAction) -> dict[str, Any]:
+    """The bare run's result for ``spec`` (a BareModuleAction's MODULE, UTIL, ARGUMENT_SPEC,
+    FUNCTION) and the task's arguments: refused on bad arguments, and, as AnsibleModule's
+    exit_json does, every ``no_log`` value masked (an API key in a log tail)."""
+    params, errors, secrets = validated(spec.ARGUMENT_SPEC, action._task.args)
+    if errors:
+        return {"failed": True, "msg": f"{spec.MODULE}: " + "; ".join(errors)}
+    answer = run(action, python, PACKAGE + spec.UTIL, spec.FUNCTION, params)
+    return remove_values(answer, secrets) if secrets else answer

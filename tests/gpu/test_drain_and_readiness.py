@@ -75,8 +75,10 @@ def test_gpu_drain_stops_a_torch_process_and_nvml_shows_the_memory_released():
 
 
 def test_readiness_sees_gpu_memory_progress_from_a_loading_stand_in():
+    from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+        sglang_readiness as readiness,
+    )
     from ansible_collections.sglang_lxc.serving.plugins.module_utils import sglang_unit_probes
-    from ansible_collections.sglang_lxc.serving.plugins.modules import sglang_readiness as readiness
 
     nvml = sglang_unit_probes.Nvml()
     assert nvml.lib is not None, "libnvidia-ml.so.1 did not load through ctypes"

@@ -137,3 +137,32 @@ def test_every_bare_action_ships_what_its_module_utils_imports(action):
 def test_a_package_import_of_a_module_utils_is_followed():
     shipped = remote_python.sources(remote_python.PACKAGE + "sglang_kernel_cubins")
     assert remote_python.PACKAGE + "json_cache" in shipped
+
+
+def test_a_no_log_argument_is_masked_in_the_bare_answer():
+    """The readiness round takes the API key (no_log); SGLang logs its server_args, so a log tail
+    in the answer may hold it: the action masks it as AnsibleModule would."""
+    from ansible_collections.sglang_lxc.serving.plugins.action.sglang_readiness import (
+        ActionModule,
+    )
+
+    key = "sk-lab-0123456789"
+    sent = {}
+
+    class Target:
+        _task = SimpleNamespace(args={"instances": [], "api_key": key})
+
+        def _low_level_execute_command(self, cmd, sudoable, in_data):
+            sent.update(cmd=cmd, program=in_data)
+            tail = [f"server_args=ServerArgs(api_key='{key}', port=30000)"]
+            return {"rc": 0, "stdout": json.dumps({"instances": [{"log_tail": tail}]})}
+
+    answer = remote_python.bare_answer(Target(), "/usr/bin/python3", ActionModule)
+    assert key not in json.dumps(answer)
+    assert answer["instances"][0]["log_tail"] == [
+        "server_args=ServerArgs(api_key='********', port=30000)"]
+    assert key not in sent["cmd"] and key in sent["program"]  # on stdin, not the command line
+    bad = remote_python.bare_answer(
+        SimpleNamespace(_task=SimpleNamespace(args={"api_key": key})), "/usr/bin/python3",
+        ActionModule)
+    assert bad["failed"] and "instances" in bad["msg"] and key not in bad["msg"]

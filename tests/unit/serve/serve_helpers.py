@@ -9,10 +9,10 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
     sglang_load_progress as load_progress,
 )
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
-    sglang_unit_probes as probes,
-)
-from ansible_collections.sglang_lxc.serving.plugins.modules import (
     sglang_readiness as readiness,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
+    sglang_unit_probes as probes,
 )
 
 from tests.loaders import load_file

@@ -1,0 +1,315 @@
+# Copyright: sglang-lxc contributors
+# Apache-2.0
+"""One readiness round over SGLang instances run by systemd: the logic of module
+sglang_readiness, in plain Python (it imports nothing of Ansible), so that its action can run it
+bare on the target (plugins/plugin_utils/remote_python.py) and the module the same way."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_load_progress import (
+    instance_weight_files,
+    load_progress,
+    resident_bytes,
+    total_size,
+)
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_unit_probes import (
+    Nvml,
+    journal_tail,
+    observe,
+)
+
+TERMINAL_BAD = ("crashed", "hung")
+
+
+# --------------------------------------------------------------------------- pure logic
+def progress_signature(obs: dict[str, Any]) -> list[Any]:
+    """The observations whose change counts as progress."""
+    memory = obs.get("memory_mib")
+    return [
+        obs.get("port_open"),
+        obs.get("http_status"),
+        obs.get("log_count"),
+        obs.get("read_bytes"),
+        obs.get("read_chars"),
+        obs.get("shards"),
+        None if memory is None else int(memory) // 64,
+    ]
+
+
+def classify(
+    obs: dict[str, Any],
+    previous: dict[str, Any] | None,
+    now: float,
+    stall_timeout: float,
+    rate_window: float = 10.0,
+) -> dict[str, Any]:
+    """Classify one observation; returns the instance's new state record.
+
+    ``previous`` is the record this function returned last time (None on the first look).
+    """
+    previous = previous or {}
+    first_seen = previous.get("first_seen", now)
+    signature = progress_signature(obs)
+    last_progress = previous.get("last_progress", now)
+    if previous.get("signature") != signature:
+        last_progress = now
+    progress, samples = load_progress(obs, previous, now, rate_window)
+    if obs.get("crash") and previous.get("progress"):
+        progress = previous["progress"]  # where the load was (its processes are gone now)
+    record = {
+        "first_seen": first_seen,
+        "last_progress": last_progress,
+        "signature": signature,
+        "baseline": previous.get("baseline") or obs.get("baseline"),
+        "progress": progress,
+        "samples": samples,
+    }
+    if obs.get("crash"):
+        state, detail = "crashed", obs["crash"]
+    elif obs.get("http_status") == 200 and obs.get("model_listed"):
+        state, detail = "healthy", "ready"
+        if obs.get("proven_at"):
+            at = time.strftime("%H:%M:%S", time.localtime(obs["proven_at"]))
+            detail = f"ready (scheduler answers; /health generated a token at {at}, same start)"
+    elif now - last_progress >= stall_timeout:
+        state = "hung"
+        detail = (
+            f"alive but no progress for {int(now - last_progress)}s (stall timeout "
+            f"{int(stall_timeout)}s): {describe_wait(obs)}"
+        )
+    elif obs.get("http_status") == 200:
+        state, detail = "warming", f"/health 200 but {obs.get('models_detail')}"
+    elif obs.get("port_open"):
+        state, detail = "warming", f"port open, /health {obs.get('http_status') or 'no answer'}"
+    else:
+        state, detail = "loading", describe_wait(obs)
+        if progress["text"]:
+            state_text = f"loading {progress['text']}"
+            record["label"] = state_text
+    record.update({"state": state, "detail": detail})
+    return record
+
+
+def describe_wait(obs: dict[str, Any]) -> str:
+    parts = ["port open" if obs.get("port_open") else "port closed"]
+    if obs.get("http_status"):
+        parts.append(f"/health {obs['http_status']}")
+    parts.append(f"{obs.get('log_count', 0)} log lines")
+    if obs.get("memory_mib") is not None:
+        parts.append(f"GPU memory {format_mib(obs['memory_mib'])}")
+    return ", ".join(parts)
+
+
+def format_mib(mib: float | None) -> str:
+    if mib is None:
+        return "n/a"
+    return f"{mib / 1024:.1f} GiB" if mib >= 1024 else f"{int(mib)} MiB"
+
+
+def format_elapsed(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def outcome_of(states: list[str], elapsed: float, timeout: float) -> str:
+    if "crashed" in states:
+        return "crashed"
+    if "hung" in states:
+        return "hung"
+    if states and all(s == "healthy" for s in states):
+        return "healthy"
+    if elapsed >= timeout:
+        return "timeout"
+    return "waiting"
+
+
+def where(instance: dict[str, Any]) -> str:
+    """``GPU 0,1`` or ``CPU`` (an instance with no GPUs runs on SGLang's CPU engine)."""
+    gpus = ",".join(map(str, instance.get("gpus") or []))
+    return f"GPU {gpus}" if gpus else "CPU"
+
+
+def render_table(rows: list[dict[str, Any]]) -> list[str]:
+    header = ["INSTANCE", "GPU", "PORT", "MEMORY", "HTTP", "STATE", "LOAD"]
+    body = [
+        [
+            r["name"],
+            ",".join(str(g) for g in r["gpus"]) or "cpu",
+            str(r["port"]),
+            format_mib(r.get("memory_mib")),
+            str(r.get("http_status") or "-"),
+            r["state"],
+            (r.get("progress") or {}).get("text") or "-",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip()
+        for line in [header, *body]
+    ]
+
+
+# --------------------------------------------------------------------------- module
+def run_round(params: dict[str, Any]) -> dict[str, Any]:
+    instances = params["instances"]
+    api_key = params["api_key"] or ""
+    state = dict(params["state"] or {})
+    call_start = time.time()
+    started = float(state.get("started", call_start))
+    records: dict[str, Any] = dict(state.get("instances", {}))
+    nvml = Nvml()
+    observations: dict[str, dict[str, Any]] = {}
+    window = float(params.get("rate_window") or 10.0)
+    weights: dict[str, list[str]] = {}
+    resident: dict[str, int | None] = {}
+    while True:
+        now = time.time()
+        looking = [i for i in instances
+                   if (records.get(i["name"]) or {}).get("state") not in ("healthy", *TERMINAL_BAD)]
+        # every instance at once: SGLang's /health generates a token and answers after a second
+        # at the earliest, so one after the other, eight instances took eight seconds a round
+        with ThreadPoolExecutor(max_workers=max(1, len(looking))) as pool:
+            futures = {i["name"]: pool.submit(observe, i, (records.get(i["name"]) or {}).get(
+                "baseline"), api_key, nvml, proven_dir=params.get("proven_dir") or "")
+                for i in looking}
+            seen = {name: future.result() for name, future in futures.items()}
+        for instance in looking:
+            name = instance["name"]
+            previous = records.get(name)
+            obs = seen[name]
+            if obs.get("answered"):  # healthy at this look: no load progress to weigh
+                obs["total_bytes"] = (previous or {}).get("progress", {}).get("total_bytes", 0)
+                observations[name] = obs
+                records[name] = classify(
+                    obs, previous, now, float(params["stall_timeout"]), window
+                )
+                continue
+            if name not in weights:
+                weights[name] = instance_weight_files(instance)
+            obs["total_bytes"] = (previous or {}).get("progress", {}).get(
+                "total_bytes"
+            ) or total_size(weights[name])
+            progress = (previous or {}).get("progress") or {}
+            if "cached_bytes" not in progress:  # the first look: what is cached before the load
+                before_load = (obs.get("read_bytes") or 0) < 0.01 * obs["total_bytes"]
+                obs["cached_at_start"] = resident_bytes(weights[name]) if before_load else 0
+            if progress.get("rate_bps") == 0 and name not in resident:
+                resident[name] = resident_bytes(weights[name])  # once a call, when reads stall
+            obs["resident_bytes"] = resident.get(name)
+            observations[name] = obs
+            records[name] = classify(
+                obs, previous, now, float(params["stall_timeout"]), window
+            )
+        states = [records[i["name"]]["state"] for i in instances]
+        outcome = outcome_of(states, now - started, float(params["timeout"]))
+        if outcome != "waiting" or time.time() - call_start + params["poll"] > params["interval"]:
+            break
+        time.sleep(params["poll"])
+
+    now = time.time()
+    rows, report = [], []
+    report.append(f"[{format_elapsed(now - started)}] waiting for {len(instances)} instance(s)")
+    for instance in instances:
+        name = instance["name"]
+        record = records[name]
+        obs = observations.get(name, {})
+        if "memory_mib" in obs:
+            record["memory_mib"] = obs["memory_mib"]
+            record["http_status"] = obs["http_status"]
+        row = {
+            "name": name,
+            "unit": instance["unit"],
+            "gpus": instance["gpus"],
+            "port": instance["port"],
+            "state": record["state"],
+            "detail": record["detail"],
+            "memory_mib": record.get("memory_mib"),
+            "http_status": record.get("http_status"),
+            "elapsed": int(now - record["first_seen"]),
+            "since_progress": int(now - record["last_progress"]),
+            "last_log": obs.get("last_log", ""),
+            # while loading, and where a load stopped (crashed, hung)
+            "progress": {k: v for k, v in (record.get("progress") or {}).items() if k != "shards"}
+            if record["state"] in ("loading", *TERMINAL_BAD)
+            else {},
+        }
+        label = record.get("label") if record["state"] == "loading" else None
+        line = (
+            f"  {instance['unit']} ({where(instance)}, "
+            f"port {instance['port']}): {label or record['state']} for "
+            f"{format_elapsed(row['elapsed'])} - {record['detail']}"
+        )
+        if record["state"] not in ("healthy",) and row["last_log"]:
+            line += f"; last log: {row['last_log']}"
+        report.append(line)
+        if record["state"] in TERMINAL_BAD and "log_tail" not in record:
+            record["log_tail"] = journal_tail(instance["unit"], params["log_lines"])
+        row["log_tail"] = record.get("log_tail", [])
+        rows.append(row)
+    states = [r["state"] for r in rows]
+    outcome = outcome_of(states, now - started, float(params["timeout"]))
+    healthy = states.count("healthy")
+    verdict = f"{healthy}/{len(rows)} healthy"
+    waiting = [
+        f"{r['name']} loading {r['progress']['text']}"
+        if r["progress"].get("text")
+        else f"{r['name']} {r['state']}"
+        for r in rows
+        if r["state"] != "healthy"
+    ]
+    summary = "; ".join([verdict, *waiting])
+    msg = verdict
+    if outcome in TERMINAL_BAD:
+        bad = [r for r in rows if r["state"] == outcome]
+        parts = []
+        for r in bad:
+            parts.append(f"{r['unit']} {outcome}: {r['detail']}")
+            parts.append(f"last {len(r['log_tail'])} log lines of {r['unit']}:")
+            parts.extend(f"    {line}" for line in r["log_tail"])
+        msg = "\n".join([f"{verdict}; {len(bad)} {outcome}", *parts])
+        report.extend(parts[1:] if len(bad) == 1 else parts)
+    elif outcome == "timeout":
+        msg = f"{verdict} after {int(now - started)}s (timeout {int(params['timeout'])}s)"
+    return {
+        "changed": False,
+        "done": outcome != "waiting",
+        "outcome": outcome,
+        "verdict": verdict,
+        "summary": summary,
+        "progress": [
+            {"name": r["name"], "state": r["state"], "elapsed_s": r["elapsed"], **r["progress"]}
+            for r in rows
+        ],
+        "msg": msg,
+        "report": report,
+        "table": render_table(rows),
+        "instances": rows,
+        "state": {"started": started, "instances": records},
+    }
+
+
+# The module's arguments; the action plugin sglang_readiness applies them on the controller.
+ARGUMENT_SPEC = {
+    "instances": {"type": "list", "elements": "dict", "required": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "interval": {"type": "float", "default": 30.0},
+    "poll": {"type": "float", "default": 1.0},
+    "stall_timeout": {"type": "float", "default": 900.0},
+    "timeout": {"type": "float", "default": 3600.0},
+    "state": {"type": "dict", "default": {}},
+    "log_lines": {"type": "int", "default": 20},
+    "rate_window": {"type": "float", "default": 10.0},
+    "proven_dir": {"type": "str", "default": "/run/sglang-lxc/readiness"},
+}
+
+
+def answer(**params: Any) -> dict[str, Any]:
+    """The module's whole result, for validated arguments (the module and the bare action)."""
+    os.environ.setdefault("SYSTEMD_PAGER", "")
+    return run_round(params)
