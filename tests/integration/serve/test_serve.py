@@ -8,10 +8,12 @@ serves), and the router in front is the real sglang-router. Nothing here imitate
 
 The module goes through the whole story in file order: bad input rejected before any change,
 check mode, converge (loading, then healthy, from SGLang's own log lines), idempotence, a bad
-argument refused by SGLang's parser, one-instance changes, a killed process, a hung and a crashed
-load, removal, the router, a rolling restart under client traffic, a reboot, and the API key
-kept out of every output and command line. Instance starts are the cost (one to three minutes
-each on two busy cores), so each test reuses the state the one before it left.
+argument refused by SGLang's parser, one-instance changes, a killed process, the router, a
+rolling restart under client traffic, a hung and a crashed load, removal, a reboot, and the API
+key kept out of every output and command line. Instance starts are the cost (about 40 CPU s
+each), so each test reuses the state the one before it left, and the order is the one that
+needs the fewest: seven full starts (the router finds both instances up; the reboot, after the
+removal, brings back one).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ ROUTER = {
     "sglang_router_ready_timeout": 600,
 }
 NAMES = ("cpu0", "cpu1")
+ONE = [{"name": "cpu0"}]  # after the removal drill
+# cpu1 as test_changing_one_instance_restarts_only_it leaves it; the router's tests keep it so,
+# or their plays would restart cpu1 only to put its old argument back
+CHANGED = [{"name": "cpu0"}, {"name": "cpu1", "extra_args": ["--max-total-tokens", "3072"]}]
 OUTPUTS: list[str] = []
 FIGURES: dict[str, object] = {}
 
@@ -339,8 +345,7 @@ def test_a_bad_argument_is_refused_by_sglangs_parser_before_any_change(ct):
 def test_changing_one_instance_restarts_only_it(ct):
     before = invocations(ct)
     started = time.monotonic()
-    result = play(ct, sglang_serve_instances=instances(
-        cpu1={"extra_args": ["--max-total-tokens", "3072"]}))
+    result = play(ct, sglang_serve_instances=CHANGED)
     FIGURES["one_instance_restart_seconds"] = round(time.monotonic() - started, 1)
     assert result.rc == 0, str(result)
     after = invocations(ct)
@@ -359,64 +364,15 @@ def test_killed_instance_is_restarted_by_systemd(ct):
     assert int(show(ct, unit, "NRestarts")) == restarts + 1
 
 
-def test_a_stopped_load_is_reported_hung_after_the_stall_timeout(ct):
-    """SIGSTOP freezes cpu1's processes just after its restart: no log line, byte or page moves
-    again, and readiness calls it hung once the stall timeout has passed."""
-    stall = 30
-    unit = "sglang@cpu1.service"
-    before = show(ct, unit, "InvocationID")
-    outcome: dict = {}
-    thread = threading.Thread(target=lambda: outcome.update(result=play(
-        ct, sglang_serve_stall_timeout=stall,
-        sglang_serve_instances=instances(cpu1={"extra_args": ["--max-total-tokens", "2048"]}))))
-    thread.start()
-    # a play that ends before it restarted cpu1 (an error, or the host unreachable) fails here
-    # at once, with its output, instead of after the whole wait
-    restarted = wait_until(lambda: not thread.is_alive()
-                           or (show(ct, unit, "InvocationID") not in ("", before)
-                               and show(ct, unit, "MainPID") != "0"), timeout=600, step=1)
-    assert restarted and thread.is_alive(), str(outcome.get("result", "the play still runs"))
-    sh(ct, f"systemctl kill -s SIGSTOP {unit}")
-    stopped = time.monotonic()
-    thread.join(timeout=900)
-    result = outcome["result"]
-    assert result.rc != 0, str(result)
-    assert f"{unit} hung: alive but no progress for" in result.output, str(result)
-    assert time.monotonic() - stopped >= stall
-    assert "1/2 healthy" in result.output
-    assert show(ct, "sglang@cpu0.service", "ActiveState") == "active"
-
-
-def test_a_truncated_shard_is_reported_crashed_with_sglangs_traceback(ct):
-    result = play(ct, sglang_serve_instances=instances(cpu1={"model_path": BROKEN}))
-    assert result.rc != 0, str(result)
-    assert "sglang@cpu1.service crashed" in result.output, str(result)
-    assert " hung" not in result.output
-    tail = result.output.split("log lines of sglang@cpu1.service", 1)[1]
-    # SGLang's loader, reading the cut shard through safetensors, in the unit's own log tail
-    assert re.search(r"safetensors|SafetensorError|MetadataIncompleteBuffer", tail), tail[:4000]
-    assert "Traceback" in sh(ct, "journalctl --no-pager -o cat -u sglang@cpu1.service")
-
-
-def test_removed_instance_is_stopped_and_disabled(ct):
-    """cpu1 (crash-looping) leaves. (A TP group cannot run here: SGLang 0.5.12's CPU engine
-    builds a PyNcclCommunicator for tp 2 and fails "Expected a cuda device, but got: cpu";
-    tests/unit/serve covers its --tp and CUDA_VISIBLE_DEVICES.)"""
-    result = play(ct, sglang_serve_instances=[{"name": "cpu0"}])
-    assert result.rc == 0, str(result)
-    assert show(ct, "sglang@cpu1.service", "ActiveState") == "inactive"
-    assert show(ct, "sglang@cpu1.service", "UnitFileState") != "enabled"
-    assert sh(ct, "ls /etc/sglang/instances").split() == ["cpu0.args", "cpu0.env", "cpu0.yaml"]
-    assert "1/1 healthy" in result.output
-
-
 def test_router_in_front_counts_its_healthy_workers(ct):
     started = time.monotonic()
-    result = play(ct, **ROUTER)  # cpu1 back (the crash loop's start limit cleared) + the router
-    FIGURES["router_and_cpu1_seconds"] = round(time.monotonic() - started, 1)
+    before = invocations(ct)
+    result = play(ct, **ROUTER, sglang_serve_instances=CHANGED)  # the router alone starts
+    FIGURES["router_seconds"] = round(time.monotonic() - started, 1)
     assert result.rc == 0, str(result)
     assert "2/2 healthy" in result.output
     assert "is ready: 2/2 workers healthy" in " ".join(result.output.split())
+    assert invocations(ct) == before  # no instance restarted for the router
     workers = json.loads(sh(ct, "curl -s http://127.0.0.1:30080/workers"))
     urls = sorted(w["url"] for w in workers["workers"] if w.get("is_healthy"))
     assert urls == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"], workers
@@ -466,7 +422,7 @@ def test_rolling_restart_under_traffic_through_the_router_fails_no_request(ct):
     started = time.monotonic()
     client.start()
     time.sleep(3)
-    result = play(ct, playbook=ROLLING, **ROUTER)
+    result = play(ct, playbook=ROLLING, **ROUTER, sglang_serve_instances=CHANGED)
     FIGURES["rolling_restart_seconds"] = round(time.monotonic() - started, 1)
     ct.exec("touch", "/root/traffic.stop")  # ends its loop
     client.join(timeout=120)
@@ -487,6 +443,64 @@ def test_rolling_restart_under_traffic_through_the_router_fails_no_request(ct):
     assert traffic["least_healthy"] >= 1, traffic
 
 
+# The failure drills come after the router's tests, with the router kept in front (ROUTER in each
+# play): cpu1 is restarted for them and then removed, so the reboot brings back cpu0 and the router
+# alone, and no instance is started only to stand in the router's worker list again.
+def test_a_stopped_load_is_reported_hung_after_the_stall_timeout(ct):
+    """SIGSTOP freezes cpu1's processes just after its restart: no log line, byte or page moves
+    again, and readiness calls it hung once the stall timeout has passed."""
+    stall = 30
+    unit = "sglang@cpu1.service"
+    before = show(ct, unit, "InvocationID")
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=play(
+        ct, sglang_serve_stall_timeout=stall, **ROUTER,
+        sglang_serve_instances=instances(cpu1={"extra_args": ["--max-total-tokens", "2048"]}))))
+    thread.start()
+    # a play that ends before it restarted cpu1 (an error, or the host unreachable) fails here
+    # at once, with its output, instead of after the whole wait
+    restarted = wait_until(lambda: not thread.is_alive()
+                           or (show(ct, unit, "InvocationID") not in ("", before)
+                               and show(ct, unit, "MainPID") != "0"), timeout=600, step=1)
+    assert restarted and thread.is_alive(), str(outcome.get("result", "the play still runs"))
+    sh(ct, f"systemctl kill -s SIGSTOP {unit}")
+    stopped = time.monotonic()
+    thread.join(timeout=900)
+    result = outcome["result"]
+    assert result.rc != 0, str(result)
+    assert f"{unit} hung: alive but no progress for" in result.output, str(result)
+    assert time.monotonic() - stopped >= stall
+    assert "1/2 healthy" in result.output
+    assert show(ct, "sglang@cpu0.service", "ActiveState") == "active"
+
+
+def test_a_truncated_shard_is_reported_crashed_with_sglangs_traceback(ct):
+    result = play(ct, **ROUTER, sglang_serve_instances=instances(cpu1={"model_path": BROKEN}))
+    assert result.rc != 0, str(result)
+    assert "sglang@cpu1.service crashed" in result.output, str(result)
+    assert " hung" not in result.output
+    tail = result.output.split("log lines of sglang@cpu1.service", 1)[1]
+    # SGLang's loader, reading the cut shard through safetensors, in the unit's own log tail
+    assert re.search(r"safetensors|SafetensorError|MetadataIncompleteBuffer", tail), tail[:4000]
+    assert "Traceback" in sh(ct, "journalctl --no-pager -o cat -u sglang@cpu1.service")
+
+
+def test_removed_instance_is_stopped_and_disabled(ct):
+    """cpu1 (crash-looping) leaves. (A TP group cannot run here: SGLang 0.5.12's CPU engine
+    builds a PyNcclCommunicator for tp 2 and fails "Expected a cuda device, but got: cpu";
+    tests/unit/serve covers its --tp and CUDA_VISIBLE_DEVICES.)"""
+    result = play(ct, **ROUTER, sglang_serve_instances=ONE)
+    assert result.rc == 0, str(result)
+    assert show(ct, "sglang@cpu1.service", "ActiveState") == "inactive"
+    assert show(ct, "sglang@cpu1.service", "UnitFileState") != "enabled"
+    assert sh(ct, "ls /etc/sglang/instances").split() == ["cpu0.args", "cpu0.env", "cpu0.yaml"]
+    assert "1/1 healthy" in result.output
+    # the router in front now routes to cpu0 alone
+    assert "is ready: 1/1 workers healthy" in " ".join(result.output.split())
+    workers = json.loads(sh(ct, "curl -s http://127.0.0.1:30080/workers"))
+    assert [w["url"] for w in workers["workers"]] == ["http://127.0.0.1:30000"], workers
+
+
 def wait_for_ssh(ip: str, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -499,19 +513,21 @@ def wait_for_ssh(ip: str, timeout: float = 120) -> None:
 
 
 def test_reboot_brings_every_instance_and_the_router_back_healthy(ct):
-    pids = main_pids(ct)
+    """Every instance the host has after the removal (cpu0) and the router."""
+    pids = {**main_pids(ct, ["cpu0"]), "router": show(ct, "sglang-router.service", "MainPID")}
     ct.exec("systemctl", "reboot", check=False)
     time.sleep(5)
     wait_for_ssh(ct.ip)
     started = time.monotonic()
-    result = play(ct, **ROUTER)
+    result = play(ct, **ROUTER, sglang_serve_instances=ONE)
     FIGURES["after_reboot_seconds"] = round(time.monotonic() - started, 1)
     assert result.rc == 0, str(result)
     assert result.changed == 0, str(result)
-    assert "2/2 healthy" in result.output
-    assert "is ready: 2/2 workers healthy" in " ".join(result.output.split())
-    after = main_pids(ct)
-    assert all(after[n] not in ("0", pids[n]) for n in NAMES), (pids, after)
+    assert "1/1 healthy" in result.output
+    assert "is ready: 1/1 workers healthy" in " ".join(result.output.split())
+    after = {**main_pids(ct, ["cpu0"]), "router": show(ct, "sglang-router.service", "MainPID")}
+    assert all(after[n] not in ("0", pids[n]) for n in pids), (pids, after)
+    assert show(ct, "sglang@cpu1.service", "ActiveState") == "inactive"  # removed stays removed
 
 
 def test_api_key_appears_in_no_output_and_on_no_command_line(ct):
