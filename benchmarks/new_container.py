@@ -132,7 +132,8 @@ def main() -> None:
         except json.JSONDecodeError:
             extra[name] = value
     timer = Path(tempfile.mkdtemp(prefix="bench-timer-")) / "plays.json"
-    timing = {"ANSIBLE_CALLBACKS_ENABLED": "sglang_lxc.serving.todo,play_timer",
+    timing = {"ANSIBLE_CALLBACKS_ENABLED":
+                  "sglang_lxc.serving.todo,sglang_lxc.serving.gc_freeze,play_timer",
               "ANSIBLE_CALLBACK_PLUGINS": f"{ROOT}/benchmarks/callbacks",
               "PLAY_TIMER_OUT": str(timer)}
     figures = []
