@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_readiness import (
+    ARGUMENT_SPEC as READINESS_ARGS,
+)
 
 from tests.lablib import REPO, ansible_playbook, lab_root, pct
 from tests.loaders import load_file
@@ -252,7 +255,8 @@ UNIT = "sglang@gpu0.service"
 MODEL = "/srv/models/gen"
 SHARDS, SHARD_MIB = 40, 50  # 2.1 GB in 40 safetensors files
 THROTTLE = 35_000_000  # IOReadBandwidthMax, bytes a second: about a minute of loading
-RATE_WINDOW = 10  # seconds: sglang_readiness's rate_window (the role leaves the default)
+# seconds: sglang_readiness's rate window for the rate (the role leaves the default)
+RATE_WINDOW = READINESS_ARGS["rate_window"]["default"]
 SERVE_VARS = {
     "sglang_serve_enabled": True,
     "sglang_serve_gpu_count": 1,
@@ -331,9 +335,9 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     # unit imports SGLang (its libraries' reads count too), and the loader's first shards come
     # slower than the throttle while its start still takes the CPU (a new machine: 12 MB/s at
     # 6%, 29 MB/s at 15%, an ETA 12 s too long; then 33-36 MB/s to the kill).
-    weights_from = next((s["elapsed_s"] for s in loading if s.get("eta_s")), None)
+    weights_from = next((s["elapsed_s"] for s in loading if s.get("eta_s")), float("inf"))
     moving = [s for s in loading if s.get("rate_bps") and 15 <= (s.get("percent") or 0) < 100
-              and weights_from is not None and s["elapsed_s"] >= weights_from + RATE_WINDOW]
+              and s["elapsed_s"] >= weights_from + RATE_WINDOW]
     FIGURES["load"] = {
         "total_bytes": total, "throttle_bps": THROTTLE, "killed_at_percent": killed_at,
         "samples": [{k: s.get(k) for k in ("elapsed_s", "percent", "rate_bps", "eta_s", "text")}
