@@ -148,6 +148,11 @@ def load_progress(
     """
     total = int(obs.get("total_bytes") or 0)
     read = obs.get("read_bytes")
+    last = previous.get("progress", {})
+    if read is not None and last.get("done_bytes") is not None:
+        # a load never goes back: the sum over the unit's processes falls when one of them is
+        # gone (a look between a kill and systemd's report of it read 0% after 81%, CI)
+        read = max(int(read), last["done_bytes"] - int(last.get("cached_bytes") or 0))
     samples = [s for s in previous.get("samples", []) if now - s[0] <= window]
     if read is not None:
         samples.append([now, int(read)])
@@ -189,7 +194,6 @@ def load_progress(
             flat = rate * span < 0.01 * total
             if flat and resident is not None and resident >= 0.9 * (total - done):
                 progress["cached"] = True
-    last = previous.get("progress", {})
     if read is None and last.get("done_bytes") is not None:
         # no process of the unit to count (killed, before systemd restarts or reports it): the
         # load got as far as last read, not back to SGLang's shard count, which lags the reads

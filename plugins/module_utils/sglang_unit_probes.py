@@ -139,7 +139,7 @@ def io_counters(control_group: str) -> tuple[int | None, int | None]:
     """(read_bytes, rchar) summed over every process of the unit's cgroup (TP workers too):
     bytes fetched from storage, and bytes read through read calls (page cache hits too)."""
     pids = cgroup_pids(control_group)
-    if pids is None:
+    if not pids:  # no cgroup, or no process left in it (killed): nothing to count, not 0 bytes
         return None, None
     read, chars = 0, 0
     for pid in pids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from serve_helpers import load_progress, probes, readiness
 
@@ -249,6 +250,37 @@ def test_a_look_between_a_kill_and_the_restart_keeps_the_bytes_read():
     record = classify(obs(read_bytes=None, total_bytes=total, shards=[27, 40]), record, 44.0, 900)
     assert record["progress"]["percent"] == 73 and record["progress"]["rate_bps"] is None
     assert record["label"] == "loading 73% (1.5/2.0 GB, shards 27/40)"
+
+
+def test_a_load_never_goes_back_when_the_units_processes_are_gone():
+    """Issue 44: CI's jit run reported 0, 0, 5, 10, 16, 22 ... 81% and then 0%: a look between
+    the test's kill and systemd's report of it found the unit active with an empty cgroup, and
+    summed no process's reads as 0 bytes. That look is replayed here, then a TP worker's exit
+    (its reads leave the sum): the percent holds."""
+    total = 2_100_000_000
+    percents, record = [], None
+    for t, read in enumerate([0, 0, 105, 210, 336, 462, 900, 1300, 1701]):
+        record = classify(obs(read_bytes=read * 10**6, total_bytes=total), record, 4.0 * t, 900)
+        percents.append(record["progress"]["percent"])
+    assert percents == [0, 0, 5, 10, 16, 22, 42, 61, 81]
+    record = classify(obs(read_bytes=0, total_bytes=total), record, 40.0, 900)  # empty cgroup
+    assert record["state"] == "loading" and record["progress"]["percent"] == 81
+    record = classify(obs(read_bytes=1200 * 10**6, total_bytes=total), record, 44.0, 900)
+    assert record["progress"]["percent"] == 81  # one process of two left
+    record = classify(obs(read_bytes=1800 * 10**6, total_bytes=total), record, 48.0, 900)
+    assert record["progress"]["percent"] == 85
+
+
+def test_an_empty_cgroup_has_no_reads_to_count(monkeypatch, tmp_path):
+    """A unit whose processes are all gone is not a unit that read 0 bytes."""
+    group = tmp_path / "system.slice" / "sglang@gpu0.service"
+    group.mkdir(parents=True)
+    (group / "cgroup.procs").write_text("")
+    monkeypatch.setattr(probes, "CGROUP_ROOTS", (str(tmp_path),))
+    assert probes.io_counters("/system.slice/sglang@gpu0.service") == (None, None)
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    read, chars = probes.io_counters("/system.slice/sglang@gpu0.service")
+    assert read is not None and chars > 0
 
 
 def test_a_model_under_a_megabyte_reads_in_kilobytes():
