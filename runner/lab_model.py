@@ -11,6 +11,11 @@ transformers read: config.json (LlamaForCausalLM, hidden 64, 2 layers), generati
 tokenizer.json, tokenizer_config.json with a chat template, model-0000{1,2}-of-00002.safetensors
 and model.safetensors.index.json. The folder is written aside and renamed into place, so a
 half-written model is never served; an existing DEST is left alone.
+
+``make(dest, Dims(...))`` writes a larger Llama of the same kind, for tests that need a load
+that takes a while (tests/integration/jit: 2.1 GB in 40 shards, read through a throttle). Each
+tensor holds at most a million drawn values, repeated to its size, so that size costs a copy,
+not a draw; the tiny model's tensors are all smaller, and its bytes are unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 SEED = 20261203
@@ -32,6 +38,7 @@ KV_HEADS = 2
 INTERMEDIATE = 128
 CONTEXT = 2048
 SHARDS = 2
+DRAWN = 1 << 20  # values drawn for a tensor at most; a larger one repeats them
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start|>", "<|end|>"]
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|start|>{{ message['role'] }}\n"
@@ -50,17 +57,32 @@ CORPUS = [
 ]
 
 
-def config() -> dict:
+@dataclass(frozen=True)
+class Dims:
+    """A Llama's sizes (the vocabulary is the tokenizer's)."""
+
+    hidden: int = HIDDEN
+    layers: int = LAYERS
+    heads: int = HEADS
+    kv_heads: int = KV_HEADS
+    intermediate: int = INTERMEDIATE
+    shards: int = SHARDS
+
+
+TINY = Dims()
+
+
+def config(dims: Dims = TINY) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": VOCAB,
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HIDDEN // HEADS,
+        "hidden_size": dims.hidden,
+        "intermediate_size": dims.intermediate,
+        "num_hidden_layers": dims.layers,
+        "num_attention_heads": dims.heads,
+        "num_key_value_heads": dims.kv_heads,
+        "head_dim": dims.hidden // dims.heads,
         "hidden_act": "silu",
         "max_position_embeddings": CONTEXT,
         "rms_norm_eps": 1e-6,
@@ -74,23 +96,24 @@ def config() -> dict:
     }
 
 
-def shapes() -> dict[str, tuple[int, ...]]:
-    """Every tensor of LlamaForCausalLM for config(), in a fixed order."""
-    head = HIDDEN // HEADS
-    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, HIDDEN)}
-    for i in range(LAYERS):
+def shapes(dims: Dims = TINY) -> dict[str, tuple[int, ...]]:
+    """Every tensor of LlamaForCausalLM for config(dims), in a fixed order."""
+    hidden, inter = dims.hidden, dims.intermediate
+    head = hidden // dims.heads
+    out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (VOCAB, hidden)}
+    for i in range(dims.layers):
         p = f"model.layers.{i}"
-        out[f"{p}.input_layernorm.weight"] = (HIDDEN,)
-        out[f"{p}.self_attn.q_proj.weight"] = (HEADS * head, HIDDEN)
-        out[f"{p}.self_attn.k_proj.weight"] = (KV_HEADS * head, HIDDEN)
-        out[f"{p}.self_attn.v_proj.weight"] = (KV_HEADS * head, HIDDEN)
-        out[f"{p}.self_attn.o_proj.weight"] = (HIDDEN, HEADS * head)
-        out[f"{p}.post_attention_layernorm.weight"] = (HIDDEN,)
-        out[f"{p}.mlp.gate_proj.weight"] = (INTERMEDIATE, HIDDEN)
-        out[f"{p}.mlp.up_proj.weight"] = (INTERMEDIATE, HIDDEN)
-        out[f"{p}.mlp.down_proj.weight"] = (HIDDEN, INTERMEDIATE)
-    out["model.norm.weight"] = (HIDDEN,)
-    out["lm_head.weight"] = (VOCAB, HIDDEN)
+        out[f"{p}.input_layernorm.weight"] = (hidden,)
+        out[f"{p}.self_attn.q_proj.weight"] = (dims.heads * head, hidden)
+        out[f"{p}.self_attn.k_proj.weight"] = (dims.kv_heads * head, hidden)
+        out[f"{p}.self_attn.v_proj.weight"] = (dims.kv_heads * head, hidden)
+        out[f"{p}.self_attn.o_proj.weight"] = (hidden, dims.heads * head)
+        out[f"{p}.post_attention_layernorm.weight"] = (hidden,)
+        out[f"{p}.mlp.gate_proj.weight"] = (inter, hidden)
+        out[f"{p}.mlp.up_proj.weight"] = (inter, hidden)
+        out[f"{p}.mlp.down_proj.weight"] = (hidden, inter)
+    out["model.norm.weight"] = (hidden,)
+    out["lm_head.weight"] = (VOCAB, hidden)
     return out
 
 
@@ -103,25 +126,32 @@ def bf16(values):
     return np.ascontiguousarray(rounded.astype("<u2"))
 
 
-def write_weights(dest: Path) -> None:
+def write_weights(dest: Path, dims: Dims = TINY) -> None:
+    import math
+
     import numpy as np
     from safetensors import TensorSpec, serialize_file  # safetensors 0.8's writer
 
     rng = np.random.default_rng(SEED)
     arrays = {}
-    for name, shape in shapes().items():
+    for name, shape in shapes(dims).items():
         if name.endswith("norm.weight"):
-            values = np.ones(shape, dtype=np.float32)
-        else:
-            values = rng.normal(0.0, 0.02, size=shape).astype(np.float32)
-        arrays[name] = bf16(values)  # kept alive while serialize_file reads their buffers
+            arrays[name] = bf16(np.ones(shape, dtype=np.float32))
+            continue
+        count = math.prod(shape)
+        drawn = bf16(rng.normal(0.0, 0.02, size=min(count, DRAWN)).astype(np.float32))
+        # kept alive while serialize_file reads their buffers
+        arrays[name] = np.resize(drawn, shape) if count > DRAWN else drawn.reshape(shape)
     names = list(arrays)
-    split = (len(names) + 1) // SHARDS
+    shards = dims.shards
+    # as even as can be, the longer parts first (the tiny model: 11 tensors, then 10)
+    size, longer = divmod(len(names), shards)
+    bounds = [index * size + min(index, longer) for index in range(shards + 1)]
     weight_map = {}
     total = 0
-    for index in range(SHARDS):
-        part = names[index * split : (index + 1) * split]
-        file = f"model-{index + 1:05d}-of-{SHARDS:05d}.safetensors"
+    for index in range(shards):
+        part = names[bounds[index] : bounds[index + 1]]
+        file = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
         specs = {
             n: TensorSpec(
                 dtype="bfloat16",
@@ -171,18 +201,18 @@ def write_tokenizer(dest: Path) -> None:
     )
 
 
-def make(dest: Path) -> bool:
+def make(dest: Path, dims: Dims = TINY) -> bool:
     """Write the model to ``dest``; False when it is already there (left alone)."""
     if (dest / "config.json").exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        (work / "config.json").write_text(json.dumps(config(), indent=2) + "\n")
+        (work / "config.json").write_text(json.dumps(config(dims), indent=2) + "\n")
         generation = {"bos_token_id": 0, "eos_token_id": 1, "max_new_tokens": 32}
         (work / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         write_tokenizer(work)
-        write_weights(work)
+        write_weights(work, dims)
         os.chmod(work, 0o755)
         for path in work.iterdir():
             os.chmod(path, 0o644)

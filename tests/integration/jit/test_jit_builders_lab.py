@@ -15,6 +15,7 @@ flashinfer's JIT (``JitSpec.build`` of its activation kernel for SM120), Triton 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -27,6 +28,7 @@ import yaml
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_readiness import (
     ARGUMENT_SPEC as READINESS_ARGS,
 )
+from sglang_lxc import lab_model
 
 from tests.lablib import REPO, ansible_playbook, lab_root, pct
 from tests.loaders import load_file
@@ -93,7 +95,7 @@ def ct(lab_clone):
     sh(container, "mkdir -p /opt/jit-test")
     pct("push", str(VMID), str(SCRIPT), "/opt/jit-test/builders.py")
     yield container
-    # the generated model of the load-progress test (2.1 GB on the node's data mount)
+    # the generated model of the load-progress test (2.0 GB on the node's data mount)
     shutil.rmtree(data / "models" / "gen", ignore_errors=True)
     out = REPO / "artifacts" / "jit-builders-lab.json"
     out.parent.mkdir(exist_ok=True)
@@ -186,7 +188,13 @@ def generated_command_lines() -> list[list[str]]:
     return lines
 
 
-def test_sglang_server_args_accept_every_generated_command_line(ct, tmp_path):
+def test_sglangs_argument_parser_accepts_every_generated_command_line(ct, tmp_path):
+    """SGLang's own argparse (ServerArgs.add_cli_args) parses every command line the role
+    generates from the lab and example inventories. ServerArgs.from_cli_args is tried too, but
+    its __post_init__ asks torch for an accelerator first, so in a container without a GPU a GPU
+    line stops there: what this proves is the parser. (SGLang's whole ServerArgs, __post_init__
+    included, runs on the CPU lines, and the role runs the parser on the node before any change:
+    tests/integration/serve.)"""
     lines = generated_command_lines()
     assert len(lines) >= 2
     local = tmp_path / "argv.json"
@@ -244,34 +252,47 @@ def test_second_instance_reuses_the_warmed_jit_cache(ct):
 
 
 # --------------------------------------------------------------------------- serving (issue 19)
-# The same container serves next, through the sglang_serve role: the serving venv's SGLang parses
-# the instance's arguments before any change and its weight loader is the unit's main process
-# (scripts/sglang_load.py), so readiness reports a real load's progress. The first deploy loads
-# through a read throttle and is killed mid-load. (SGLang's whole server, on CPU, with the key,
-# a bad argument and the rest: tests/integration/serve.)
-LOADER = "/opt/jit-test/sglang_load.py"
+# The same container serves next, through the sglang_serve role: SGLang 0.5.12's own server on
+# the CPU (as tests/integration/serve and inventory/lab's ct200 serve), its launcher, parser,
+# scheduler and weight loader, on a generated 2.0 GB Llama (runner/lab_model.py, 64 layers in 40
+# shards) read through a throttle, so that readiness reports a real load's progress; the unit is
+# killed mid-load. (The tiny model's whole story, router and key included: tests/integration/serve.)
 SERVE_KEY = "sk-jit-5d1e8b2a9c"  # never in any output, never on any command line
-UNIT = "sglang@gpu0.service"
-MODEL = "/srv/models/gen"
-SHARDS, SHARD_MIB = 40, 50  # 2.1 GB in 40 safetensors files
-THROTTLE = 35_000_000  # IOReadBandwidthMax, bytes a second: about a minute of loading
+UNIT = "sglang@cpu0.service"
+MODEL = "gen"
+GEN = lab_model.Dims(hidden=1024, layers=64, heads=16, kv_heads=8, intermediate=4096, shards=40)
+# IOReadBandwidthMax, bytes a second: 80 s of weight reads to the kill at 80%. SGLang's loader
+# copies every tensor into the model as it reads: at 35 MB/s it fell to 27 MB/s (the throttle
+# -22%) on two cores shared with the rest of the suite; 20 MB/s leaves it room.
+THROTTLE = 20_000_000
 # seconds: sglang_readiness's rate window for the rate (the role leaves the default)
 RATE_WINDOW = READINESS_ARGS["rate_window"]["default"]
 SERVE_VARS = {
     "sglang_serve_enabled": True,
-    "sglang_serve_gpu_count": 1,
-    "sglang_serve_gpus": [0],
-    "sglang_serve_model_path": "gen",
-    "sglang_serve_served_model_name": "gen",
-    # SGLang's loader, then the stand-in's HTTP side (scripts/sglang_load.py)
-    "sglang_serve_launch_command": [f"{VENV}/bin/python", LOADER, "serve"],
+    "sglang_serve_device": "cpu",
+    "sglang_serve_attention_backend": "torch_native",
+    "sglang_serve_instances": [{"name": "cpu0"}],
+    "sglang_serve_model_path": MODEL,
+    "sglang_serve_served_model_name": MODEL,
+    "sglang_serve_extra_args": ["--max-total-tokens", "4096"],
     "sglang_serve_api_key": SERVE_KEY,
     "sglang_serve_report_interval": 4,  # a report every 4 s plus one module round trip
-    "sglang_serve_stall_timeout": 120,
-    "sglang_serve_ready_timeout": 400,
+    # a start imports torch and SGLang in three processes before the weights: minutes on two
+    # busy cores, moving
+    "sglang_serve_stall_timeout": 300,
+    "sglang_serve_ready_timeout": 900,
     "sglang_serve_restart_sec": 2,
 }
 SERVE_OUTPUTS: list[str] = []
+# the bytes every process of the unit read from disk (SGLang's scheduler, a child, reads the
+# weights): what readiness counts, read here to kill the unit at a known point of the load
+UNIT_READS = (
+    "cg=$(systemctl show -p ControlGroup --value {unit}); t=0; "
+    "for p in $(cat /sys/fs/cgroup$cg/cgroup.procs /sys/fs/cgroup/unified$cg/cgroup.procs "
+    "/sys/fs/cgroup/systemd$cg/cgroup.procs 2>/dev/null | sort -u); do "
+    "r=$(sed -n 's/^read_bytes: //p' /proc/$p/io 2>/dev/null); t=$((t + ${{r:-0}})); done; "
+    "echo $t"
+)
 
 
 def serve_play(ct, artifacts: Path | None = None, **changes):
@@ -283,18 +304,33 @@ def serve_play(ct, artifacts: Path | None = None, **changes):
     return result
 
 
-def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
-    """SGLang's weight loader reads a generated model through a read throttle; readiness reports
-    percent, rate and ETA (as fields in todo.json) until the unit is killed mid-load."""
-    pct("push", str(VMID), str(SCRIPT.parent / "sglang_load.py"), LOADER)
+def out_of_page_cache(folder: Path) -> None:
+    """Written to disk and dropped from the page cache (the node's, which the container's
+    reads go through), so that the load reads the disk, through the throttle."""
+    os.sync()
+    for path in folder.iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def test_load_progress_of_sglangs_own_server_start_then_crashed(ct, tmp_path):
+    """SGLang's own server starts and its loader reads a generated model through a read
+    throttle; readiness reports percent, rate and ETA (as fields in todo.json) until the unit
+    is killed mid-load, and then the crash, with SGLang's own log lines."""
+    store = lab_root() / "data" / f"ct{VMID}" / "models"
     start = time.monotonic()
-    made = json.loads(sh(ct, f"cd /tmp && {VENV}/bin/python {LOADER} make {MODEL} {SHARDS} "
-                             f"{SHARD_MIB}").stdout.strip().splitlines()[-1])
+    lab_model.make(store / MODEL, GEN)
+    out_of_page_cache(store / MODEL)
     FIGURES["model_make_seconds"] = round(time.monotonic() - start, 1)
-    total = made["bytes"]
-    sh(ct, "mkdir -p /etc/systemd/system/sglang@gpu0.service.d && printf "
-           f"'[Service]\\nIOReadBandwidthMax={MODEL} {THROTTLE}\\n' "
-           "> /etc/systemd/system/sglang@gpu0.service.d/throttle.conf")
+    files = sorted((store / MODEL).glob("*.safetensors"))
+    total = sum(f.stat().st_size for f in files)
+    assert len(files) == GEN.shards
+    sh(ct, f"mkdir -p /etc/systemd/system/{UNIT}.d && printf "
+           f"'[Service]\\nIOReadBandwidthMax=/srv/models/{MODEL} {THROTTLE}\\n' "
+           f"> /etc/systemd/system/{UNIT}.d/throttle.conf")
     artifacts = tmp_path / "artifacts"
     outcome: dict = {}
 
@@ -307,7 +343,7 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     samples: list[dict] = []
     seen: list[dict] = []
     killed_at = None
-    while thread.is_alive() and time.monotonic() - started < 600:
+    while thread.is_alive() and time.monotonic() - started < 900:
         time.sleep(0.5)
         try:
             todos = json.loads((artifacts / "latest" / "todo.json").read_text())["todos"]
@@ -315,28 +351,25 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
             continue  # not written yet
         for todo in todos:
             for entry in (todo.get("activity") or {}).get("instances", []):
-                if entry.get("name") == "gpu0" and entry not in seen:  # a new round's report
+                if entry.get("name") == "cpu0" and entry not in seen:  # a new round's report
                     seen.append(entry)
                     samples.append({**entry, "t": round(time.monotonic() - started, 1)})
         last = samples[-1] if samples else {}
         if killed_at is None and (last.get("percent") or 0) >= 50:
-            # near the end: read the unit's own counter each second and kill it at 80%
-            read = sh(ct, f"cat /proc/$(systemctl show -p MainPID --value {UNIT})/io",
-                      check=False).stdout
-            done = re.search(r"read_bytes: (\d+)", read)
-            if done and int(done.group(1)) >= 0.8 * total:
+            # near the end: read the unit's own counters each half second and kill it at 80%
+            read = sh(ct, UNIT_READS.format(unit=UNIT), check=False).stdout.strip()
+            if read.isdigit() and int(read) >= 0.8 * total:
                 sh(ct, f"systemctl kill -s KILL {UNIT}")
-                killed_at = round(int(done.group(1)) * 100 / total)
+                killed_at = round(int(read) * 100 / total)
     thread.join(timeout=120)
     FIGURES["load_run_seconds"] = round(time.monotonic() - started, 1)
     result = outcome["result"]
     loading = [s for s in samples if s["state"] == "loading" and s.get("total_bytes")]
-    # The weights under way, and the rate's whole window (RATE_WINDOW) on them: before, the
-    # unit imports SGLang (its libraries' reads count too), and the loader's first shards come
-    # slower than the throttle while its start still takes the CPU (a new machine: 12 MB/s at
-    # 6%, 29 MB/s at 15%, an ETA 12 s too long; then 33-36 MB/s to the kill).
+    # The weights under way (the first report with an ETA: 2% read), and the rate's whole window
+    # (RATE_WINDOW) on them: before, the unit imports torch and SGLang (77 s on two busy cores,
+    # their libraries' reads count too).
     weights_from = next((s["elapsed_s"] for s in loading if s.get("eta_s")), float("inf"))
-    moving = [s for s in loading if s.get("rate_bps") and 15 <= (s.get("percent") or 0) < 100
+    moving = [s for s in loading if s.get("rate_bps") and s.get("eta_s")
               and s["elapsed_s"] >= weights_from + RATE_WINDOW]
     FIGURES["load"] = {
         "total_bytes": total, "throttle_bps": THROTTLE, "killed_at_percent": killed_at,
@@ -344,7 +377,7 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
                     for s in loading],
         "rate_errors": [round(s["rate_bps"] / THROTTLE - 1, 3) for s in moving],
         # when each report expects the load to end (seconds since the instance was first seen)
-        "predicted_end": [s["elapsed_s"] + s["eta_s"] for s in moving if s.get("eta_s")],
+        "predicted_end": [s["elapsed_s"] + s["eta_s"] for s in moving],
         "hung": result.output.count(" hung"),
     }
     assert killed_at is not None, samples
@@ -352,22 +385,30 @@ def test_load_progress_told_by_sglangs_loader_then_crashed(ct, tmp_path):
     # SGLang's parser ran (in the serving venv) before anything was written
     assert re.search(r"Parse each instance's arguments with SGLang's own parser[^\n]*\*+\nok: ",
                      result.output), result.output
-    # A round is the interval plus one module round trip: 4 s on a quiet machine (16 reports
-    # from 0 to 76%), but under the suite's `-n 3` on 2 cores one round took 17 s (stop 39's
-    # CI: 9 reports). Six still prove a report each round all through the load.
-    assert len(loading) >= 6, loading
     elapsed = [s["elapsed_s"] for s in loading]
     assert elapsed == sorted(set(elapsed)), elapsed  # each report is a new round's
     percents = [s["percent"] for s in loading]
-    assert percents == sorted(percents), percents
+    assert percents == sorted(percents), percents  # a load never goes back
     assert all(s["total_bytes"] == total for s in loading)
-    assert len(moving) >= 4, moving
-    assert all(abs(s["rate_bps"] / THROTTLE - 1) <= 0.2 for s in moving), moving
-    ends = FIGURES["load"]["predicted_end"]
-    assert max(ends) - min(ends) <= 10, ends  # every report expects the same end: converged
+    # The throttle holds the weights' reads for 80 s before the kill: every round in them
+    # reports (a round took 4-17 s, the latter under the suite's load), so at least two reports
+    # have a rate window wholly on the weights, and those are tens of seconds apart.
+    assert len(moving) >= 2 and moving[-1]["elapsed_s"] - moving[0]["elapsed_s"] >= 10, loading
+    # The rate is what the unit read: never above the throttle (the reads cannot pass it; a
+    # rate of read calls or of another process's reads would), and on average what the percents
+    # moved by between the first and the last of these reports (whole seconds apart: 10%)
+    assert all(s["rate_bps"] <= 1.1 * THROTTLE for s in moving), moving
+    first, last = moving[0], moving[-1]
+    read = (last["done_bytes"] - first["done_bytes"]) / (last["elapsed_s"] - first["elapsed_s"])
+    mean = sum(s["rate_bps"] for s in moving) / len(moving)
+    assert abs(mean / read - 1) <= 0.25, (mean, read, moving)
+    # and each ETA is what is left at that rate (whole seconds)
+    for s in moving:
+        assert abs(s["eta_s"] - (total - s["done_bytes"]) / s["rate_bps"]) <= 1, s
     assert " hung" not in result.output
     assert f"{UNIT} crashed" in result.output, str(result)
     assert f"log lines of {UNIT}:" in result.output
-    assert "sglang-load: 40 weight files in /srv/models/gen" in result.output  # the log tail
+    tail = result.output.split(f"log lines of {UNIT}:", 1)[1]
+    assert "Load weight begin" in tail, tail[:4000]  # SGLang's model runner, then the kill
     for output in SERVE_OUTPUTS:
         assert SERVE_KEY not in output
