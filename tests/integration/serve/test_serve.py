@@ -28,7 +28,7 @@ import time
 import pytest
 
 from tests.infra.cmdline_scan import CMDLINE_SCAN
-from tests.lablib import ansible_playbook, lab_root
+from tests.lablib import ansible_playbook, lab_root, pct
 
 pytestmark = pytest.mark.lab
 
@@ -107,8 +107,9 @@ def ct(lab_clone):
     return container
 
 
-def play(ct, playbook=SERVE, check=False, args=None, **changes):
-    result = ct.run_playbook(playbook, extra_vars=variables(**changes), check=check, args=args)
+def play(ct, playbook=SERVE, check=False, args=None, env=None, **changes):
+    result = ansible_playbook(playbook, ct.inventory, extra_vars=variables(**changes),
+                              check=check, args=["--limit", ct.name, *(args or [])], env=env)
     OUTPUTS.append(result.output)
     (ct.workdir / f"play-{len(OUTPUTS):02d}.log").write_text(result.output)
     return result
@@ -219,16 +220,85 @@ def test_bad_input_rejected_before_any_change(ct, changes, words):
     assert not unit_installed(ct)
 
 
-def test_check_mode_on_a_fresh_host_changes_nothing(ct):
+# Everything the serve play installs or starts (the role's defaults): units and their drop-ins
+# and links, the instances' files and deploy records, the launcher, the account's home and
+# caches, readiness records, the accounts, and systemd's list of sglang units. (Not SGLang's
+# argument check's verdict cache, /var/cache/sglang-lxc/args-check: the check runs in check mode
+# too, and keeps its verdict there.)
+INSTALLED = ("/etc/systemd/system /run/systemd/system /etc/sglang /usr/local/libexec/sglang "
+             "/var/lib/sglang /var/cache/sglang /run/sglang-lxc")
+ACCOUNTS = "/etc/passwd /etc/group /etc/shadow /etc/gshadow"
+
+
+def footprint(ct) -> str:
+    """Every path under INSTALLED and the account files, with type, mode, owner, size, mtime
+    and ctime (a write, chmod or chown moves the ctime), the sglang units that run or failed,
+    and those installed."""
+    return sh(ct, f"find {INSTALLED} {ACCOUNTS} -printf '%p %y %m %u:%g %s %T@ %C@\\n' "
+                  "2>&1 | sort; systemctl list-units --no-legend --plain 'sglang*'; "
+                  "systemctl list-unit-files --no-legend 'sglang*'", check=False)
+
+
+def test_check_mode_on_a_fresh_host_predicts_changes_and_writes_nothing(ct):
+    """Check mode reports the changes it would make (so it cannot pass by doing nothing), and
+    the host stays as it was: it cannot honestly report 0 changes on a host to be installed."""
+    assert not unit_installed(ct)
+    before = footprint(ct)
     result = play(ct, check=True)
     assert result.rc == 0, str(result)
-    assert not unit_installed(ct)
+    assert result.changed > 0, str(result)
+    assert footprint(ct) == before
 
 
-def test_converge_reports_loading_then_healthy(ct):
+# The converge's instances start behind a gate, for that start only: a runtime drop-in (under
+# /run, removed after the test) runs the template's own ExecStart once the gate file is there.
+# The test opens the gate once a readiness round has reported both instances not yet healthy,
+# so the report of their load lands however fast the machine starts SGLang.
+GATE = "/run/sglang-lxc-test-gate"
+GATE_DROPIN = "/run/systemd/system/sglang@.service.d/zz-test-gate.conf"
+GATED = (
+    "[Service]\n"
+    "ExecStart=\n"
+    f"ExecStart=/bin/sh -c 'until [ -e {GATE} ]; do sleep 0.2; done; "
+    "exec /usr/local/libexec/sglang/sglang-instance %i'\n"  # the template's ExecStart
+)
+
+
+def reported_states(artifacts) -> dict[str, str]:
+    """name -> state in the last readiness round the run's todo.json holds ({} before one)."""
+    try:
+        todos = json.loads((artifacts / "latest" / "todo.json").read_text())["todos"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {entry["name"]: entry["state"] for todo in todos
+            for entry in (todo.get("activity") or {}).get("instances", [])
+            if "name" in entry and "state" in entry}
+
+
+def test_converge_reports_loading_then_healthy(ct, tmp_path):
+    dropin = tmp_path / "gate.conf"
+    dropin.write_text(GATED)
+    sh(ct, f"rm -f {GATE}; mkdir -p {GATE_DROPIN.rsplit('/', 1)[0]}")
+    pct("push", str(VMID), str(dropin), GATE_DROPIN)
+    sh(ct, "systemctl daemon-reload")
+    artifacts = tmp_path / "artifacts"
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.update(
+        result=play(ct, env={"SGLANG_LXC_ARTIFACTS": str(artifacts)})))
     started = time.monotonic()
-    result = play(ct)
+    thread.start()
+    try:
+        # a play that ends before a round reported (an error) opens the gate at once
+        wait_until(lambda: not thread.is_alive() or (
+            set(NAMES) <= {n for n, s in reported_states(artifacts).items() if s != "healthy"}),
+            timeout=900, step=0.5)
+        sh(ct, f"touch {GATE}")
+        thread.join()
+    finally:
+        sh(ct, f"touch {GATE}; rm -f {GATE_DROPIN}; systemctl daemon-reload; rm -f {GATE}",
+           check=False)
     FIGURES["converge_seconds"] = round(time.monotonic() - started, 1)
+    result = outcome["result"]
     assert result.rc == 0, str(result)
     assert result.changed > 0
     # between the start and healthy, a round saw each instance loading (ansible folds long lines)
@@ -284,6 +354,12 @@ def test_instances_serve_with_their_ports_key_and_environment(ct):
 def test_testinfra_checks_pass(ct):
     done = ct.testinfra("tests/infra/test_sglang_serve.py")
     assert done.returncode == 0, done.stdout + done.stderr
+    # pytest's summary line: checks that ran and passed, none skipped (tests/infra skips a
+    # module whose deploy record says "skipped", and exits 0 for it)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    passed = re.search(r"\b(\d+) passed\b", summary)
+    assert passed and int(passed.group(1)) > 0, done.stdout[-4000:] + done.stderr
+    assert not re.search(r"skipped|failed|error|xfail|xpass|deselected", summary), summary
 
 
 def test_rerun_changes_nothing_parses_nothing_and_publishes_the_verdict(ct):
@@ -306,6 +382,18 @@ def test_rerun_changes_nothing_parses_nothing_and_publishes_the_verdict(ct):
                      r"skipping: ", result.output), result.output
     stats = result.output.split("CUSTOM STATS", 1)[1]
     assert re.search(r"todo_details.*ct250.*2/2 healthy", stats, re.S), stats
+    # each instance was judged by its scheduler (/server_info), not by /health: the converge's
+    # readiness recorded that this invocation of the unit generated a token, and this run's
+    # report quotes that record's time (sglang_unit_probes.observe, sglang_readiness.classify)
+    text = " ".join(result.output.split())
+    for index, name in enumerate(NAMES):
+        unit = f"sglang@{name}.service"
+        record = json.loads(sh(ct, f"cat /run/sglang-lxc/readiness/{unit}.json"))
+        assert record["invocation"] == show(ct, unit, "InvocationID"), record
+        at = sh(ct, f"date -d @{record['at']} +%H:%M:%S").strip()
+        line = (rf"{re.escape(unit)} \(CPU, port {30000 + index}\): healthy for [0-9:]+ - ready "
+                rf"\(scheduler answers; /health generated a token at {at}, same start\)")
+        assert re.search(line, text), (line, result.output[-4000:])
 
 
 def test_check_mode_after_converge_changes_nothing(ct):
@@ -387,45 +475,89 @@ def test_router_in_front_counts_its_healthy_workers(ct):
 
 
 # A client sending chat completions through the router, and a watcher of its /workers, from
-# inside the container (the router binds loopback), for as long as the rolling restart runs.
+# inside the container (the router binds loopback), for as long as the rolling restart runs. Each
+# request is a line of /root/traffic.jsonl: [sent, answered (time.monotonic(), the clock of
+# systemd's *TimestampMonotonic and of the journal's monotonic stamps), ok]; /root/traffic.first
+# appears at the first answer; the summary is printed however the loop ends.
 TRAFFIC = r"""
-import json, os, sys, time, urllib.error, urllib.request
+import json, os, sys, time, urllib.request
 key, seconds = sys.argv[1], float(sys.argv[2])  # until /root/traffic.stop appears, at most that
 body = json.dumps({"model": "tiny", "max_tokens": 4,
                    "messages": [{"role": "user", "content": "hello"}]}).encode()
-sent, failed, least, errors, end = 0, 0, None, [], time.monotonic() + seconds
-while time.monotonic() < end and not os.path.exists("/root/traffic.stop"):
-    request = urllib.request.Request(
-        "http://127.0.0.1:30080/v1/chat/completions", data=body,
-        headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
-    sent += 1
-    try:
-        urllib.request.urlopen(request, timeout=60).read()
-    except (urllib.error.URLError, OSError) as error:
-        failed += 1
-        errors.append(str(error)[:200])
-    with urllib.request.urlopen("http://127.0.0.1:30080/workers", timeout=10) as answer:
-        healthy = sum(1 for w in json.load(answer)["workers"] if w.get("is_healthy"))
-    least = healthy if least is None else min(least, healthy)
-    time.sleep(0.2)
-print(json.dumps({"sent": sent, "failed": failed, "least_healthy": least,
-                  "errors": errors[:5]}))
+sent, failed, polls, poll_errors, least, errors = 0, 0, 0, [], None, []
+end = time.monotonic() + seconds
+try:
+    with open("/root/traffic.jsonl", "w", buffering=1) as log:
+        while time.monotonic() < end and not os.path.exists("/root/traffic.stop"):
+            request = urllib.request.Request(
+                "http://127.0.0.1:30080/v1/chat/completions", data=body,
+                headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+            sent += 1
+            began = time.monotonic()
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answer.read()
+                ok = True
+            except Exception as error:  # any failure of the request: an HTTP error, a reset...
+                ok = False
+                failed += 1
+                errors.append(type(error).__name__ + ": " + str(error)[:200])
+            log.write(json.dumps([began, time.monotonic(), ok]) + "\n")
+            if ok and not os.path.exists("/root/traffic.first"):
+                open("/root/traffic.first", "w").close()
+            try:  # the router's own count, for the figures; its failures are counted apart
+                with urllib.request.urlopen("http://127.0.0.1:30080/workers", timeout=10) as w:
+                    healthy = sum(1 for x in json.load(w)["workers"] if x.get("is_healthy"))
+                polls += 1
+                least = healthy if least is None else min(least, healthy)
+            except Exception as error:
+                poll_errors.append(type(error).__name__ + ": " + str(error)[:200])
+            time.sleep(0.2)  # pace: the instances' restarts share the two cores with it
+finally:
+    print(json.dumps({"sent": sent, "failed": failed, "errors": errors[:5],
+                      "worker_polls": polls, "least_healthy": least,
+                      "worker_poll_errors": len(poll_errors),
+                      "worker_poll_error_samples": poll_errors[:3]}), flush=True)
 """
+
+
+def down_while(ct, name: str) -> tuple[float, float]:
+    """(from, to) in seconds of CLOCK_MONOTONIC: the unit's last start began (its old process
+    gone: the unit was inactive) to its new SGLang's "Load weight end" (its port opens only
+    after that). Within it, only the other instance could answer; the rolling restart took this
+    one out of the router before and put it back only once healthy, after it."""
+    unit = f"sglang@{name}.service"
+    began = int(show(ct, unit, "InactiveExitTimestampMonotonic")) / 1e6
+    stamps = [float(m.group(1)) for m in re.finditer(
+        r"^\[\s*([0-9.]+)\][^\n]*Load weight end",
+        sh(ct, f"journalctl --no-pager -o short-monotonic -u {unit}"), re.M)]
+    loaded = next((t for t in stamps if t > began), None)
+    assert loaded is not None, f"{unit}: no 'Load weight end' after its restart at {began}"
+    return began, loaded
 
 
 def test_rolling_restart_under_traffic_through_the_router_fails_no_request(ct):
     before = invocations(ct)
-    ct.exec("sh", "-c", f"rm -f /root/traffic.stop; cat > /root/traffic.py <<'EOF'\n{TRAFFIC}\nEOF")
+    sh(ct, "rm -f /root/traffic.stop /root/traffic.first /root/traffic.jsonl; "
+           f"cat > /root/traffic.py <<'EOF'\n{TRAFFIC}\nEOF")
     outcome: dict = {}
     client = threading.Thread(target=lambda: outcome.update(traffic=ct.exec(
         "/usr/bin/python3", "/root/traffic.py", KEY, "1500", check=False)))
+
+    def answered() -> bool:
+        return sh(ct, "test -e /root/traffic.first && echo yes", check=False) == "yes\n"
+
     started = time.monotonic()
     client.start()
-    time.sleep(3)
-    result = play(ct, playbook=ROLLING, **ROUTER, sglang_serve_instances=CHANGED)
-    FIGURES["rolling_restart_seconds"] = round(time.monotonic() - started, 1)
-    ct.exec("touch", "/root/traffic.stop")  # ends its loop
-    client.join(timeout=120)
+    try:
+        # the restart begins once the client has had its first answer through the router
+        wait_until(lambda: not client.is_alive() or answered(), timeout=600, step=0.5)
+        assert answered(), str(outcome.get("traffic", "the client has had no answer yet"))
+        result = play(ct, playbook=ROLLING, **ROUTER, sglang_serve_instances=CHANGED)
+        FIGURES["rolling_restart_seconds"] = round(time.monotonic() - started, 1)
+    finally:
+        ct.exec("touch", "/root/traffic.stop", check=False)  # ends its loop
+        client.join(timeout=120)
     assert result.rc == 0, str(result)
     after = invocations(ct)
     assert all(after[n] != before[n] for n in before)
@@ -437,10 +569,16 @@ def test_rolling_restart_under_traffic_through_the_router_fails_no_request(ct):
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr
     traffic = json.loads(lines[-1])
-    FIGURES["rolling_restart_traffic"] = traffic
-    assert traffic["sent"] > 10, traffic
+    requests = [json.loads(line) for line in sh(ct, "cat /root/traffic.jsonl").splitlines()]
+    # requests sent and answered while each instance in turn was down: the traffic went on
+    answered_while_down = {}
+    for name in NAMES:
+        began, loaded = down_while(ct, name)
+        answered_while_down[name] = sum(1 for sent, done, ok in requests
+                                        if ok and began <= sent and done <= loaded)
+    FIGURES["rolling_restart_traffic"] = {**traffic, "answered_while_down": answered_while_down}
     assert traffic["failed"] == 0, traffic
-    assert traffic["least_healthy"] >= 1, traffic
+    assert all(answered_while_down.values()), answered_while_down
 
 
 # The failure drills come after the router's tests, with the router kept in front (ROUTER in each
@@ -501,6 +639,14 @@ def test_removed_instance_is_stopped_and_disabled(ct):
     assert [w["url"] for w in workers["workers"]] == ["http://127.0.0.1:30000"], workers
 
 
+def init_started(ct) -> str:
+    """When the container's PID 1 started (clock ticks since the host's boot, /proc/1/stat's
+    22nd field), or "" while the container does not answer. A reboot starts a new PID 1. (The
+    kernel's boot_id is the host's: the same across a container's reboot.)"""
+    done = ct.exec("sh", "-c", "sed 's/^.*) //' /proc/1/stat | cut -d' ' -f20", check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 def wait_for_ssh(ip: str, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -515,8 +661,11 @@ def wait_for_ssh(ip: str, timeout: float = 120) -> None:
 def test_reboot_brings_every_instance_and_the_router_back_healthy(ct):
     """Every instance the host has after the removal (cpu0) and the router."""
     pids = {**main_pids(ct, ["cpu0"]), "router": show(ct, "sglang-router.service", "MainPID")}
+    init = init_started(ct)
+    assert init
     ct.exec("systemctl", "reboot", check=False)
-    time.sleep(5)
+    # the container is back with a new PID 1 (the old one's sshd is gone), then sshd listens
+    assert wait_until(lambda: init_started(ct) not in ("", init), timeout=600, step=1)
     wait_for_ssh(ct.ip)
     started = time.monotonic()
     result = play(ct, **ROUTER, sglang_serve_instances=ONE)
