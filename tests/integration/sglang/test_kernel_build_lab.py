@@ -6,7 +6,7 @@ import sgl_kernel) with the real tree's traits goes through the same tasks: its 
 sources fetched offline into a controller cache through git url rewrites (local repositories made
 by tests/kernel_fixture.py), the SM120-only build copy, the check of the configured build,
 wheelhouse build tools, capped detached build, install, stamp. A compiler launcher records how
-many compiles run at once.
+many compiles run at once and holds each one 2 s; ninja's own log records when each ran.
 
 Needs the cuda_toolkit role (playbooks/toolchain.yml) for nvcc; the container has no route to
 package registries, so the build tools come through the controller wheelhouse.
@@ -89,6 +89,29 @@ def max_concurrent(ct) -> int:
     return int(sh(ct, f"cat {LAUNCHER_DIR}/max"))
 
 
+def compile_times(ct) -> dict[str, tuple[int, int]]:
+    """{output: (start, end)} of each compile of the configured build.ninja (the check's
+    configured.json), as ninja recorded them in its .ninja_log (v5+: start end mtime output
+    hash, ms since that ninja started): the latest entry of each output."""
+    outputs = set(json.loads(sh(ct, f"cat {WORK}/configured.json"))["compile_outputs"])
+    times = {}
+    for line in sh(ct, f"cat {WORK}/build/.ninja_log").splitlines():
+        fields = line.split("\t")
+        if not line.startswith("#") and len(fields) >= 4 and fields[3] in outputs:
+            times[fields[3]] = (int(fields[0]), int(fields[1]))
+    return times
+
+
+def most_at_once(intervals) -> int:
+    """The most intervals open at one time (one ending as another starts: not both)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = running = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
 @pytest.fixture(scope="module")
 def ct(lab_container, tmp_path_factory):
     repos = tmp_path_factory.mktemp("kernel-deps")
@@ -134,7 +157,17 @@ def test_converge_builds_with_the_cap(ct):
     assert "sm100/common_ops sm_120a" in result.output
     jobs = stamp(ct)["build"]["jobs"]
     assert jobs == 2, stamp(ct)  # 2 CPUs in a lab container
-    assert max_concurrent(ct) == jobs  # parallel, and never more than the cap
+    # the cap reached the build (ninja's -j through CMAKE_BUILD_PARALLEL_LEVEL)...
+    log = sh(ct, f"cat {WORK}/build.log")
+    assert f"sgl-kernel build: MAX_JOBS={jobs} CMAKE_BUILD_PARALLEL_LEVEL={jobs}\n" in log, log
+    # ...and ninja ran that many compiles at once, never more: the start and end ninja
+    # recorded for each (it starts all the jobs it may before it waits for one; the launcher
+    # holds each compile 2 s), of this one build: the configuration was new, the tree empty
+    times = compile_times(ct)
+    print(f"kernel build: compiles ran (start, end ms) {sorted(times.values())}")
+    assert len(times) == 5, times  # every compile of build.ninja, recorded
+    assert most_at_once(times.values()) == jobs, times
+    assert max_concurrent(ct) <= jobs  # the launcher, around the compiler itself, agrees
     info = build_info(ct)
     assert info["variant"] == 1
     # nvcc's own __CUDA_ARCH_LIST__: sm_120a alone, also in the dependency that sets 80 and 90
@@ -272,3 +305,5 @@ def test_changed_flag_rebuilds_under_a_memory_bound_cap(ct):
 def test_infra_checks_pass(ct):
     proc = ct.testinfra("tests/infra/test_sglang.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # checked, not skipped (a module whose deploy record says "skipped" exits 0 too)
+    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout
