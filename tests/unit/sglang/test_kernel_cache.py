@@ -37,6 +37,17 @@ RUN = textwrap.dedent(
     from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cache as c
     cache, rewrites, archs = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].split(",")
     say = lambda text: print(text, flush=True)
+    if sys.argv[5:] == ["hold"]:
+        # held mid-run: at its first half-made folder, made but not yet renamed into place, the
+        # run says so and waits, holding the lock, for a line on stdin (or to be killed)
+        rename = os.rename
+        def held_rename(src, dst, **kw):
+            if str(src).endswith(".partial"):
+                os.rename = rename
+                say("HOLDING " + str(src))
+                sys.stdin.readline()
+            return rename(src, dst, **kw)
+        os.rename = held_rename
     with c.locked(cache, 120, say, "run " + sys.argv[4], poll=0.2) as lock:
         copy = os.path.join(cache, "build-copies", "copy-" + "-".join(archs))
         sources.make_build_copy({fixture!r}, copy, archs, [])
@@ -61,9 +72,15 @@ def repos(tmp_path_factory):
     return dest
 
 
-def start(cache: Path, repos: Path, name: str, archs: str = "12.0") -> subprocess.Popen:
+def start(
+    cache: Path, repos: Path, name: str, archs: str = "12.0", hold: bool = False
+) -> subprocess.Popen:
+    """One run; ``hold``: it stops, holding the lock, at its first half-made folder (it prints
+    ``HOLDING <folder>``) until a line on its stdin lets it go on, or it is killed."""
     return subprocess.Popen(
-        [sys.executable, "-c", RUN, str(cache), json.dumps(url_rewrites(repos)), archs, name],
+        [sys.executable, "-c", RUN, str(cache), json.dumps(url_rewrites(repos)), archs, name]
+        + (["hold"] if hold else []),
+        stdin=subprocess.PIPE if hold else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -76,16 +93,6 @@ def holder_of(cache: Path) -> dict:
         return json.loads(text) if text else {}
     except (FileNotFoundError, ValueError):
         return {}
-
-
-def wait_until(predicate, timeout: float = 30, step: float = 0.002):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("timed out")
 
 
 def first_line(proc: subprocess.Popen, prefix: str, timeout: float = 60) -> str:
@@ -110,14 +117,15 @@ def found_of(output: str) -> dict:
 
 def test_a_second_run_waits_naming_the_lock_and_the_run_holding_it(repos, tmp_path):
     cache = tmp_path / "cache"
-    first = start(cache, repos, "A")
-    held = wait_until(lambda: holder_of(cache).get("pid") == first.pid)
-    os.kill(first.pid, signal.SIGSTOP)  # A holds the lock, mid-fetch
+    first = start(cache, repos, "A", hold=True)
     try:
+        first_line(first, "HOLDING ")  # A holds the lock, mid-run, until it is told to go on
+        held = holder_of(cache).get("pid") == first.pid
         second = start(cache, repos, "B")
         line = first_line(second, "sgl-kernel sources: waiting")
     finally:
-        os.kill(first.pid, signal.SIGCONT)
+        first.stdin.write("go on\n")
+        first.stdin.flush()
     lock = cache / cache_mod.LOCK_NAME
     assert line.startswith(f"sgl-kernel sources: waiting for the source cache lock {lock}, ")
     assert f"held by pid {first.pid} on {socket.gethostname()} (started " in line
@@ -135,12 +143,14 @@ def test_a_second_run_waits_naming_the_lock_and_the_run_holding_it(repos, tmp_pa
 
 def test_a_stale_lock_from_a_killed_run_is_taken_over(repos, tmp_path):
     cache = tmp_path / "cache"
-    killed = start(cache, repos, "killed")
-    wait_until(lambda: holder_of(cache).get("pid") == killed.pid)
-    wait_until(lambda: list((cache / "build-copies").glob("*.partial")) or
-               list((cache / "build-copies").glob("copy-*")))  # fmt: skip
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait(timeout=30)
+    killed = start(cache, repos, "killed", hold=True)
+    try:
+        half = Path(first_line(killed, "HOLDING ").split(" ", 1)[1].strip())
+        assert half.is_dir()  # its half-made folder, left mid-run
+        assert holder_of(cache)["pid"] == killed.pid  # it holds the lock until it is killed
+    finally:
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.communicate(timeout=30)
     assert holder_of(cache)["pid"] == killed.pid  # its record stays: it never released
     after = start(cache, repos, "after")
     out, _ = after.communicate(timeout=120)
@@ -149,7 +159,8 @@ def test_a_stale_lock_from_a_killed_run_is_taken_over(repos, tmp_path):
         f"took over the source cache lock {cache / cache_mod.LOCK_NAME} left by pid "
         f"{killed.pid} on {socket.gethostname()} (started "
     ) in out
-    assert "run killed)" in out and "(killed); removed its" in out
+    assert "run killed)" in out and "(killed); removed its 1 half-made folder(s)" in out
+    assert not half.exists()
     found = found_of(out)
     assert found["missing"] == [] and len(found["deps"]) == 3
     for dep in found["deps"]:
