@@ -150,6 +150,32 @@ def test_limit_and_extra_args_reach_planner_and_ansible(tmp_path):
     assert sorted(result.items) == ["1-beta", "2-beta"]
 
 
+def descendant_running(root: int, argv: list[str]) -> int | None:
+    """The pid of a process below ``root`` whose command line is ``argv``, or None."""
+    parent: dict[int, int] = {}
+    cmdline: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(entry.name)
+        parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        cmdline[pid] = raw.decode(errors="replace").split("\0")[:-1]
+    for pid, args in cmdline.items():
+        if args != argv:
+            continue
+        up = parent.get(pid, 0)
+        while up > 1:
+            if up == root:
+                return pid
+            up = parent.get(up, 0)
+    return None
+
+
 def test_interrupt_leaves_an_accurate_checklist(tmp_path):
     proc = subprocess.Popen(command(tmp_path, "interrupt.yml"), cwd=tmp_path, env=environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -161,15 +187,19 @@ def test_interrupt_leaves_an_accurate_checklist(tmp_path):
         if line.startswith("[in_progress]") and "Long build on alpha" in line:
             break
         assert time.monotonic() < deadline, "".join(seen)
-    time.sleep(1.0)  # inside `sleep 60`
-    started = time.monotonic()
+    # inside `sleep 60`: the task's command runs, a process of this run
+    while descendant_running(proc.pid, ["sleep", "60"]) is None:
+        assert time.monotonic() < deadline, "".join(seen)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
-    assert time.monotonic() - started < 30, "the interrupt took too long"
+    # a deadline only: the checklist below tells an interrupted run from one that waited
+    rest, _ = proc.communicate(timeout=300)
     result = finished(tmp_path, proc.returncode, "".join(seen) + rest)
     assert result.rc == 130, result.output
     items = result.items
     assert items["1-alpha"]["status"] == "completed"
+    # ended by the interrupt, inside the sleep: a sleep that had run out would have completed
+    # this item and started the next play
     assert items["2-alpha"]["status"] == "cancelled"
     assert items["2-alpha"]["message"] == "interrupted during 'Build | Sleep'"
     assert items["3-alpha"]["status"] == "cancelled"
