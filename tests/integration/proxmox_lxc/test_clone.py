@@ -8,13 +8,18 @@ vmids 264-267 (addresses 10.0.3.164-167): 264 is made a template, 265 a linked c
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.lablib import (
     LAB_INVENTORY,
+    REPO,
     GoldenTemplate,
     LabContainer,
     ansible_playbook,
@@ -114,6 +119,8 @@ def test_a_linked_clone_shares_the_templates_disk_and_gets_its_own_identity(link
     assert "skipping: [localhost]" in create and "changed:" not in create
     proc = ct.testinfra("tests/infra/test_proxmox_lxc.py")  # over SSH, as the roles reach it
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # checked, not skipped (a module whose deploy record says "skipped" exits 0 too)
+    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout
 
 
 def test_the_checklist_says_what_a_clone_converged(template, tmp_path_factory):
@@ -182,19 +189,59 @@ def test_clone_from_a_container_that_is_not_a_template_fails_before_any_change(
     assert not (lab_root() / "etc/pve/lxc" / f"{PLANNED}.conf").exists()
 
 
+GOLDEN_SPEC = {"cores": 1, "memory": 1024}
+# A second worker, a process of its own: it takes the golden template (vmid 262), says so, and
+# gives it back when told to ("release" on stdin).
+SECOND_USER = textwrap.dedent(
+    f"""
+    import sys
+    from pathlib import Path
+    from tests.lablib import GoldenTemplate
+    golden = GoldenTemplate(262, playbooks=(), spec={GOLDEN_SPEC!r})
+    print("ENSURED", golden.ensure(Path(sys.argv[1])), flush=True)
+    if sys.stdin.readline().strip() == "release":
+        golden.release()
+        print("RELEASED", flush=True)
+    """
+)
+
+
+def golden_users(golden: GoldenTemplate) -> list[int]:
+    return json.loads(golden.marker.read_text())["users"]
+
+
 def test_a_golden_template_is_made_once_and_destroyed_by_its_last_user(lab_node, tmp_path):
     """The suite's golden-template mechanism (tests/conftest.py golden_template), with a
-    container converged by proxmox_lxc only (vmid 262, clone 263) to keep this test short."""
-    golden = GoldenTemplate(262, playbooks=(), spec={"cores": 1, "memory": 1024})
+    container converged by proxmox_lxc only (vmid 262, clone 263) to keep this test short: two
+    users (this process and a second one), the first to leave keeps it, the last destroys it."""
+    golden = GoldenTemplate(262, playbooks=(), spec=GOLDEN_SPEC)
     golden.marker.write_text('{"key": "a killed run", "users": []}')  # a leftover's marker
     vmid = golden.ensure(tmp_path / "a")
     made = (lab_root() / "etc/pve/lxc/262.conf").stat().st_mtime_ns
     assert "template: 1" in conf(vmid)
-    assert golden.ensure(tmp_path / "b") == vmid  # a second worker: found, not made again
-    assert (lab_root() / "etc/pve/lxc/262.conf").stat().st_mtime_ns == made
-    clone = make_clone_of(tmp_path, 263, vmid)
-    assert clone.provision().rc == 0
-    golden.release()  # the last user: the clone goes first, then the template
+    second = subprocess.Popen([sys.executable, "-c", SECOND_USER, str(tmp_path / "b")],
+                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert second.stdout.readline().split() == ["ENSURED", str(vmid)]
+        # the second worker found it, it did not make it again
+        assert (lab_root() / "etc/pve/lxc/262.conf").stat().st_mtime_ns == made
+        assert golden_users(golden) == [os.getpid(), second.pid]
+        clone = make_clone_of(tmp_path, 263, vmid)
+        assert clone.provision().rc == 0
+        golden.release()  # the first user leaves: the second still uses it, it stays
+        assert golden_users(golden) == [second.pid]
+        assert "template: 1" in conf(262)
+        assert (lab_root() / "etc/pve/lxc/263.conf").exists()
+        second.stdin.write("release\n")
+        second.stdin.flush()
+        assert second.stdout.readline().split() == ["RELEASED"]  # the last user
+    finally:
+        second.stdin.close()
+        second.wait(timeout=300)
+        if golden.marker.exists():  # a failure above: no template left behind
+            golden.release()
+    assert second.returncode == 0
+    # the last user out destroyed them: the clone first, then the template
     assert not (lab_root() / "etc/pve/lxc/263.conf").exists()
     assert not (lab_root() / "etc/pve/lxc/262.conf").exists()
     assert not golden.marker.exists()

@@ -51,10 +51,13 @@ def test_check_mode_reports_and_changes_nothing(ct):
     result = ct.provision(extra_vars={}, check=True)
     assert result.rc == 0, str(result)
     assert result.changed == 0, str(result)
+    drift = f"ct{VMID} ({VMID}): config"  # the label of the container it would converge
+    assert drift not in result.output, str(result)  # nothing drifted: nothing reported
     changed_spec = {**ct.spec, "cores": 2}
     result = ansible_playbook("playbooks/containers.yml", LAB_INVENTORY,
                               extra_vars={"proxmox_lxc_containers": [changed_spec]}, check=True)
     assert result.rc == 0, str(result)
+    assert drift in result.output, str(result)  # it reports that the config would change
     assert conf() == before
 
 
