@@ -73,4 +73,21 @@ def router_problems(host: str, values: Mapping[str, Any], instances: list) -> li
                     "give the router a port no instance uses",
                 )
             )
-    return out
+    return out + metrics_port_problems(host, values, port, instances)
+
+
+def metrics_port_problems(host: str, values: Mapping[str, Any], port: int,
+                          instances: list) -> list[str]:
+    """The router's Prometheus endpoint: a port of its own on the router's address."""
+    var = "sglang_router_prometheus_port"
+    try:
+        metrics = int(values.get(var, 29000))
+    except (TypeError, ValueError):
+        return []  # the type check reports it
+    if not 1 <= metrics <= 65535:
+        return [problem(host, var, metrics, "outside 1-65535", "pick a free port such as 29000")]
+    users = ["the router itself"] if metrics == port else []
+    users += [f"instance {i['name']}" for i in instances if i["port"] == metrics]
+    return [problem(host, var, metrics, f"{user} uses it too",
+                    "give the router's Prometheus endpoint a port of its own")
+            for user in users]

@@ -469,9 +469,28 @@ def test_router_in_front_counts_its_healthy_workers(ct):
     assert http(ct, 30080, "/v1/chat/completions", KEY, CHAT) == "200"
     unit = sh(ct, "systemctl cat sglang-router.service")
     assert "--policy round_robin" in unit
+    # its Prometheus endpoint on the router's own address (sglang-router's default: 0.0.0.0),
+    # and the router's and an instance's /metrics read by prometheus_client's own parser
+    router = sh(ct, "ss -Hltn 'sport = :29000'").split()
+    assert "127.0.0.1:29000" in router and not {"0.0.0.0:29000", "*:29000"} & set(router), router
+    for port in (29000, 30000):
+        families = json.loads(ct.exec(f"{VENV}/bin/python", "-c", PARSE_METRICS, str(port)).stdout)
+        assert families, port
+    assert any(name.startswith("sglang") for name in families), families  # the instance's
     security = sh(ct, "systemd-analyze security --no-pager sglang-router.service")
     level = exposures(security)["sglang-router.service"]
     assert level <= EXPOSURE_FLOOR, f"sglang-router.service exposure {level}"
+
+
+VENV = "/opt/sglang/venv"  # inventory/lab/group_vars/all/paths.yml sglang_lxc_venv
+# GET /metrics on a port of the container's loopback, parsed by prometheus_client (SGLang's own
+# dependency, in the serving venv): the names of the metric families, as JSON
+PARSE_METRICS = r"""
+import json, sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=30).read()
+print(json.dumps(sorted({f.name for f in text_string_to_metric_families(text.decode())})))
+"""
 
 
 # A client sending chat completions through the router, and a watcher of its /workers, from
