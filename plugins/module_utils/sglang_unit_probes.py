@@ -289,4 +289,5 @@ def observe(
     obs["last_log"] = last[-160:]
     obs["shards"] = shard_progress(logs[-50:])
     obs["read_bytes"], obs["read_chars"] = io_counters(show.get("ControlGroup", ""))
+    obs["read_at"] = time.time()  # the rate's clock: the look's journal read can take seconds
     return obs

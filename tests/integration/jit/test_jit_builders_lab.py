@@ -394,10 +394,11 @@ def test_load_progress_of_sglangs_own_server_start_then_crashed(ct, tmp_path):
     # reports (a round took 4-17 s, the latter under the suite's load), so at least two reports
     # have a rate window wholly on the weights, and those are tens of seconds apart.
     assert len(moving) >= 2 and moving[-1]["elapsed_s"] - moving[0]["elapsed_s"] >= 10, loading
-    # The rate is what the unit read: never above the throttle (the reads cannot pass it; a
-    # rate of read calls or of another process's reads would), and on average what the percents
-    # moved by between the first and the last of these reports (whole seconds apart: 10%)
-    assert all(s["rate_bps"] <= 1.1 * THROTTLE for s in moving), moving
+    # The rate is what the unit read: not above the throttle (the reads cannot pass it; a rate
+    # of read calls or of another process's reads would; 20%: the kernel counts a read when it
+    # is issued, before the throttle holds it), and on average what the percents moved by
+    # between the first and the last of these reports (whole seconds apart: 10%)
+    assert all(s["rate_bps"] <= 1.2 * THROTTLE for s in moving), moving
     first, last = moving[0], moving[-1]
     read = (last["done_bytes"] - first["done_bytes"]) / (last["elapsed_s"] - first["elapsed_s"])
     mean = sum(s["rate_bps"] for s in moving) / len(moving)
