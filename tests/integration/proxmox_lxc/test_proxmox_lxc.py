@@ -58,6 +58,8 @@ def test_check_mode_reports_and_changes_nothing(ct):
                               extra_vars={"proxmox_lxc_containers": [changed_spec]}, check=True)
     assert result.rc == 0, str(result)
     assert drift in result.output, str(result)  # it reports that the config would change
+    assert result.changed > 0, str(result)  # and counts it
+    assert "would run: " in result.output and " set 210 --cores 2" in result.output, str(result)
     assert conf() == before
 
 
