@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from .targets import TargetSet
+
 SCHEMA_VERSION = 1
 
 
@@ -155,6 +157,9 @@ _RUN_STATUS = {
 class Checklist:
     run: RunInfo = field(default_factory=RunInfo)
     items: list[TodoItem] = field(default_factory=list)
+    # Prometheus targets the roles published (set_stats prometheus_targets): written to
+    # prometheus_targets.json beside todo.json, not part of todo.json
+    targets: TargetSet = field(default_factory=TargetSet, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._index: dict[tuple[int, str], TodoItem] = {

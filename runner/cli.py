@@ -56,7 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="run a playbook through ansible-runner, reported as a todo checklist",
         description=(
             "Run PLAYBOOK through ansible-runner and report it as a todo checklist: live on the "
-            "terminal, and as todo.json, todo.md and junit.xml in the run's artifact folder. "
+            "terminal, and as todo.json, todo.md and junit.xml in the run's artifact folder "
+            "(and prometheus_targets.json, a Prometheus file_sd list, when roles publish "
+            "targets). "
             "Unknown options go to ansible-playbook (e.g. --limit, -e, --tags, --check)."
         ),
         epilog=EXIT_CODES_HELP,

@@ -12,6 +12,8 @@ Role contract (docs/runner.md): ``ansible.builtin.set_stats`` with ``data.todo_d
 Either is a string for the host the task ran on, or a mapping ``{host: string}``.
 ``data.todo_progress`` (``{host: {"text": ..., <fields>}}``) is what the play is doing now,
 e.g. load progress: each report replaces the last one (``TodoItem.activity``).
+``data.prometheus_targets`` (``{host: [file_sd entry]}``) goes to ``Checklist.targets``
+(``targets.py``), written as ``prometheus_targets.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from .checklist import Checklist, ExitCode, Status, TodoItem, now_iso
 from .planner import Plan, PlannedPlay
+from .targets import TARGETS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +364,8 @@ class ChecklistReducer:
                 self._changed(target)
 
     def _apply_stats(self, item: TodoItem, data: dict[str, Any]) -> None:
+        if data.get(TARGETS_KEY) is not None:
+            self.checklist.targets.update(data[TARGETS_KEY], item.host)
         if data.get(PROGRESS_KEY) not in (None, "", False):
             self._apply_activity(item, data[PROGRESS_KEY])
         for key in (DETAILS_KEY, SKIP_KEY):
@@ -508,6 +513,10 @@ class ChecklistReducer:
                         Status.CANCELLED,
                         message=f"not run: ansible-playbook stopped (rc={ansible_rc})",
                     )
+        if self.checklist.targets.ignored:
+            self.checklist.run.notes.append(
+                f"{TARGETS_KEY}: {self.checklist.targets.ignored} entries were not "
+                "{targets, labels} and were left out")
         code = self.checklist.outcome(interrupted, ansible_rc)
         self.checklist.set_outcome(code)
         self.checklist.run.ansible_rc = ansible_rc

@@ -2,10 +2,11 @@
 
 The checklist itself is kept by the ``todo`` callback plugin (plugins/callback/todo.py) inside
 ansible-playbook: it lists every milestone before the first task, follows the run and writes
-``todo.json``, ``todo.md`` and ``junit.xml`` into ansible-runner's artifact folder. This layer
-only starts it, shows what the callback wrote (``render_live``), keeps ``no_log`` output out of
-ansible-runner's own files, ends the whole process tree on SIGINT/SIGTERM, settles the
-checklist when ansible-playbook did not (interrupted, crashed) and turns it into an exit code.
+``todo.json``, ``todo.md``, ``junit.xml`` (and ``prometheus_targets.json``) into ansible-runner's
+artifact folder. This layer only starts it, shows what the callback wrote (``render_live``),
+keeps ``no_log`` output out of ansible-runner's own files, ends the whole process tree on
+SIGINT/SIGTERM, settles the checklist when ansible-playbook did not (interrupted, crashed) and
+turns it into an exit code.
 """
 
 from __future__ import annotations

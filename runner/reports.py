@@ -1,4 +1,5 @@
-"""Write the checklist out: ``todo.json``, ``todo.md`` (Markdown summary), ``junit.xml``.
+"""Write the checklist out: ``todo.json``, ``todo.md`` (Markdown summary), ``junit.xml``, and
+``prometheus_targets.json`` when roles published Prometheus targets (``targets``).
 
 Only checklist fields are written (titles, statuses, task names, messages and findings); never
 an event's stdout or a task's arguments.
@@ -13,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .checklist import Checklist, Status, TodoItem
+from .targets import TARGETS_JSON, render
 
 TODO_JSON = "todo.json"
 TODO_MD = "todo.md"
@@ -158,9 +160,23 @@ def write_junit(checklist: Checklist, run_dir: Path) -> Path:
     return path
 
 
+def write_targets(checklist: Checklist, run_dir: Path) -> Path | None:
+    """``prometheus_targets.json``: the file_sd list of what the roles published; nothing is
+    written (an earlier file stays) when no role published any."""
+    if not checklist.targets.reported:
+        return None
+    path = run_dir / TARGETS_JSON
+    _atomic_write(path, render(checklist.targets))
+    return path
+
+
 def write_all(checklist: Checklist, run_dir: Path) -> list[Path]:
-    return [
+    paths = [
         write_json(checklist, run_dir),
         write_markdown(checklist, run_dir),
         write_junit(checklist, run_dir),
     ]
+    targets = write_targets(checklist, run_dir)
+    if targets is None and (run_dir / TARGETS_JSON).is_file():
+        targets = run_dir / TARGETS_JSON  # written by the callback inside ansible-playbook
+    return paths if targets is None else [*paths, targets]

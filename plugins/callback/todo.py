@@ -13,10 +13,13 @@ short_description: the run as a todo checklist (todo.json, todo.md, junit.xml, l
 description:
   - One milestone per play and host, listed as pending before the first task, then
     in_progress, completed, failed, skipped or cancelled, with the task counts (ok, changed,
-    failed, skipped) and what the roles reported through C(set_stats) (todo_details, todo_skip).
+    failed, skipped) and what the roles reported through C(set_stats) (todo_details, todo_skip,
+    todo_progress).
   - Writes C(todo.json), C(todo.md) and C(junit.xml) into one folder per run, and shows a
     compact checklist on a terminal. Under ansible-runner (C(sglang-lxc run), AWX) the folder is
     ansible-runner's artifact folder of the job.
+  - When roles publish Prometheus targets (C(set_stats) prometheus_targets), also writes
+    C(prometheus_targets.json) there, the file_sd list of every host's targets.
   - See docs/runner.md.
 requirements:
   - enable in configuration (callbacks_enabled = sglang_lxc.serving.todo); its checklist
@@ -96,6 +99,7 @@ class CallbackModule(CallbackBase):
         self._flusher: threading.Thread | None = None
         self._errors = 0
         self._shown_activity: dict[str, str] = {}
+        self._targets_written = 0  # TargetSet.version last written to prometheus_targets.json
 
     # -- set-up ------------------------------------------------------------------------------
     def _start_run(self, playbook: str) -> None:
@@ -140,6 +144,18 @@ class CallbackModule(CallbackBase):
         self._status_changed = False
         self._last_write = time.monotonic()
 
+    def _write_targets(self) -> None:
+        """prometheus_targets.json, at once when a role published new targets."""
+        self._targets_written = self.checklist.targets.version
+        if self.run_dir is None:
+            return
+        try:
+            reports.write_targets(self.checklist, self.run_dir)
+        except OSError as exc:
+            self._errors += 1
+            if self._errors == 1:
+                self._display.warning(f"todo: cannot write {self.run_dir}: {exc}")
+
     def _on_change(self, item: TodoItem, old: Status) -> None:
         self._dirty = True
         if item.status is not old:
@@ -167,6 +183,8 @@ class CallbackModule(CallbackBase):
         try:
             with self.lock:
                 self.reducer.handle({"event": name, "event_data": data})
+                if self.checklist.targets.version != self._targets_written:
+                    self._write_targets()
                 if self._status_changed or (
                         self._dirty and time.monotonic() - self._last_write > WRITE_INTERVAL_S):
                     self._write_json()

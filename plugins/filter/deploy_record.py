@@ -3,7 +3,7 @@
 """The deploy record of a role (roles/deploy_record), one home for its body and its probe check.
 
 Filters:
-  deploy_record_body(role, status, reason, version, inputs) -> the record less its ``time``
+  deploy_record_body(role, status, reason, version, inputs, published) -> the record less ``time``
   deploy_record_concern(body, record_dir) -> the ``record`` concern for state_probe
 
 The record file holds the body plus ``time`` (when this body was first recorded); the probe
@@ -17,8 +17,10 @@ import hashlib
 import json
 
 
-def deploy_record_body(role, status="deployed", reason="", version="", inputs=None):
-    """What the record says, less ``time``; ``inputs`` only by their sha256."""
+def deploy_record_body(role, status="deployed", reason="", version="", inputs=None,
+                       published=None):
+    """What the record says, less ``time``; ``inputs`` only by their sha256, ``published`` (what
+    the role tells the world, e.g. its Prometheus targets) as it is."""
     digest = hashlib.sha256(json.dumps(inputs or {}, sort_keys=True).encode()).hexdigest()
     return {
         "role": str(role),
@@ -26,6 +28,7 @@ def deploy_record_body(role, status="deployed", reason="", version="", inputs=No
         "reason": str(reason if reason is not None else "").strip(),
         "version": str(version if version is not None else ""),
         "inputs_sha256": digest,
+        **({"published": published} if published else {}),
     }
 
 

@@ -94,6 +94,10 @@ def test_record_body_matches_what_the_role_wrote_before():
     assert body == {"role": "cuda_toolkit", "status": "deployed", "reason": "", "version": "13.0",
                     "inputs_sha256": digest}
     assert record.deploy_record_body("x")["inputs_sha256"] == hashlib.sha256(b"{}").hexdigest()
+    assert "published" not in record.deploy_record_body("x")  # records of before, unchanged
+    targets = [{"targets": ["127.0.0.1:30000"], "labels": {"job": "sglang"}}]
+    shown = record.deploy_record_body("sglang_serve", published={"prometheus_targets": targets})
+    assert shown["published"] == {"prometheus_targets": targets}  # as it is, not a digest
 
 
 def test_record_concern_checks_folder_and_record_but_not_the_time():
