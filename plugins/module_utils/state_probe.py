@@ -418,25 +418,36 @@ def stat_paths(paths: list[str]) -> dict[str, dict[str, bool]]:
 
 
 def http_get(spec: dict) -> dict:
-    """One GET: {status, json, msg}; status 0 when nothing answered, json None unless the body
-    is JSON. No proxy: the URLs are the host's own services."""
+    """One request: {status, json, msg, elapsed}; a GET, or a POST of ``body`` as JSON, with
+    ``headers``. status 0 when nothing answered, json None unless the body is JSON, elapsed the
+    seconds to the whole answer. No proxy: the URLs are the host's own services."""
+    import time
     import urllib.error  # only here: http.client and ssl cost a probe that asks nothing
     import urllib.request
 
     url = spec["url"]
+    headers = dict(spec.get("headers") or {})
+    data = None
+    if spec.get("body") is not None:
+        data = json.dumps(spec["body"]).encode("utf-8")
+        headers.setdefault("Content-Type", "application/json")
+    request = urllib.request.Request(url, data=data, headers=headers)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    began = time.monotonic()
     try:
-        with opener.open(url, timeout=float(spec.get("timeout", 5))) as response:
+        with opener.open(request, timeout=float(spec.get("timeout", 5))) as response:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
     except (OSError, ValueError) as exc:  # refused, timed out, a bad URL
-        return {"status": 0, "json": None, "msg": f"{url}: {exc}"}
+        return {"status": 0, "json": None, "msg": f"{url}: {exc}",
+                "elapsed": round(time.monotonic() - began, 3)}
+    elapsed = round(time.monotonic() - began, 3)
     try:
         parsed = json.loads(body.decode("utf-8"))
     except ValueError:
         parsed = None
-    return {"status": status, "json": parsed, "msg": ""}
+    return {"status": status, "json": parsed, "msg": "", "elapsed": elapsed}
 
 
 def probe(
@@ -464,7 +475,7 @@ def probe(
             drifted.append(name)
     return {"drift": drift, "drifted": drifted, "records": records,
             "stats": stat_paths(stats or []),
-            "http": {spec["url"]: http_get(spec) for spec in http or []}}
+            "http": {spec.get("name") or spec["url"]: http_get(spec) for spec in http or []}}
 
 
 # The module's arguments; the action plugin state_probe applies them on the controller.
@@ -474,6 +485,9 @@ ARGUMENT_SPEC = {
     "dpkg_status": {"type": "path", "default": DPKG_STATUS},
     "http": {"type": "list", "elements": "dict", "default": [],
              "options": {"url": {"type": "str", "required": True},
+                         "name": {"type": "str"},
+                         "body": {"type": "raw"},
+                         "headers": {"type": "dict", "default": {}, "no_log": True},
                          "timeout": {"type": "float", "default": 5}}},
 }
 

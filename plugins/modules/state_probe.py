@@ -38,8 +38,9 @@ options:
     default: /var/lib/dpkg/status
   http:
     description:
-      - GETs to make on the host (its own services, no proxy), reported as C(http); a role's
-        readiness takes a converged host's answer from here instead of a task of its own.
+      - Requests to make on the host (its own services, no proxy), reported as C(http); a role's
+        readiness takes a converged host's answer from here instead of a task of its own. A GET,
+        or a POST of O(http[].body) as JSON.
     type: list
     elements: dict
     default: []
@@ -48,6 +49,16 @@ options:
         description: The URL.
         type: str
         required: true
+      name:
+        description: The key of its answer in C(http) (default the URL).
+        type: str
+      body:
+        description: A body to POST, sent as JSON (none makes the request a GET).
+        type: raw
+      headers:
+        description: Request headers (kept out of the output, as a key can be one).
+        type: dict
+        default: {}
       timeout:
         description: Seconds to wait for the answer.
         type: float
@@ -85,8 +96,8 @@ stats:
   returned: always
 http:
   description: >-
-    Per URL of O(http), C(status) (0 when nothing answered), C(json) (the body parsed, or null)
-    and C(msg).
+    Per O(http[].name) (default its URL), C(status) (0 when nothing answered), C(json) (the body
+    parsed, or null), C(msg) and C(elapsed) (seconds to the whole answer).
   type: dict
   returned: always
 records:

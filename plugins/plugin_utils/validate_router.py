@@ -73,7 +73,41 @@ def router_problems(host: str, values: Mapping[str, Any], instances: list) -> li
                     "give the router a port no instance uses",
                 )
             )
-    return out + metrics_port_problems(host, values, port, instances)
+    return (out + metrics_port_problems(host, values, port, instances)
+            + health_problems(host, values))
+
+
+# sglang-router's health-check, circuit-breaker and retry settings (role sglang_router): each a
+# whole number of at least 1 (a 0 interval stops the router: tokio's interval panics on it)
+HEALTH_SETTINGS = (
+    "sglang_router_health_check_interval_secs", "sglang_router_health_check_timeout_secs",
+    "sglang_router_health_failure_threshold", "sglang_router_health_success_threshold",
+    "sglang_router_cb_failure_threshold", "sglang_router_cb_success_threshold",
+    "sglang_router_cb_timeout_duration_secs", "sglang_router_cb_window_duration_secs",
+    "sglang_router_retry_max_retries", "sglang_router_worker_startup_check_interval",
+)
+
+
+def health_problems(host: str, values: Mapping[str, Any]) -> list[str]:
+    """Each health, breaker and retry setting given is a whole number of at least 1."""
+    out = []
+    for var in HEALTH_SETTINGS:
+        if var not in values:
+            continue
+        value = values[var]
+        try:
+            whole = (int(value) if not isinstance(value, bool) and float(value) == int(value)
+                     else None)
+        except (TypeError, ValueError):
+            whole = None
+        if whole is None or whole < 1:
+            out.append(problem(host, var, value, "is not a whole number of at least 1",
+                               "give a count or seconds of 1 or more (README of sglang_router)"))
+    endpoint = str(values.get("sglang_router_health_check_endpoint", "/health"))
+    if not endpoint.startswith("/") or SYSTEMD_UNSAFE.search(endpoint) or " " in endpoint:
+        out.append(problem(host, "sglang_router_health_check_endpoint", endpoint,
+                           "is not a plain path", "use a path such as /health"))
+    return out
 
 
 def metrics_port_problems(host: str, values: Mapping[str, Any], port: int,

@@ -383,9 +383,52 @@ def test_http_answers_of_the_hosts_own_services():
     finally:
         server.shutdown()
     http = result["http"]
+    assert all(answer.pop("elapsed") >= 0 for answer in http.values())
     assert http[urls[0]] == {"status": 200, "msg": "",
                              "json": {"workers": [{"url": "w", "is_healthy": True}]}}
     assert http[urls[1]] == {"status": 200, "json": None, "msg": ""}
     assert http[urls[2]] == {"status": 503, "json": {"error": "no_available_workers"}, "msg": ""}
     assert http[urls[3]]["status"] == 0 and "refused" in http[urls[3]]["msg"].lower()
     assert result["changed"] is False and result["drifted"] == []
+
+
+def test_http_post_of_a_json_body_with_headers_under_a_name():
+    """A completion as the router's readiness sends it: POSTed JSON, the key in a header, the
+    answer under its name (two requests to one URL), with the time it took."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, self.headers["Authorization"],
+                         self.headers["Content-Type"], json.loads(body)))
+            answer = b'{"choices": [{"text": "x"}]}'
+            self.send_response(200 if self.headers["Authorization"] == "Bearer k" else 401)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/v1/completions"
+    try:
+        result = sp.answer([], http=[
+            {"url": url, "name": "a", "body": {"model": "a", "max_tokens": 1},
+             "headers": {"Authorization": "Bearer k"}},
+            {"url": url, "name": "b", "body": {"model": "b", "max_tokens": 1}},
+        ])
+    finally:
+        server.shutdown()
+    assert seen == [
+        ("/v1/completions", "Bearer k", "application/json", {"model": "a", "max_tokens": 1}),
+        ("/v1/completions", None, "application/json", {"model": "b", "max_tokens": 1}),
+    ]
+    assert result["http"]["a"]["status"] == 200 and result["http"]["b"]["status"] == 401
+    assert result["http"]["a"]["json"] == {"choices": [{"text": "x"}]}
+    assert 0 <= result["http"]["a"]["elapsed"] < 5

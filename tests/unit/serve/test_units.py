@@ -34,6 +34,7 @@ def render(role, template: str, **overrides) -> dict[str, list[str]]:
     values = {**defaults(role), "ansible_managed": "managed", **overrides}
     values = {k: v for k, v in values.items() if not (isinstance(v, str) and "{{" in v)}
     values.setdefault("sglang_router_launch_command", ["/opt/sglang/venv/bin/python"])
+    values.setdefault("__sglang_router_health_args", [])  # vars/main.yml: Ansible renders it
     text = env.from_string((role / "templates" / template).read_text()).render(values)
     parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
     parser.optionxform = str
