@@ -58,3 +58,28 @@ def test_other_records_are_left_alone(records):
     logger.info("Load weight %s. avail mem=%.2f GB", "begin", 18.6)
     logger.info("api_key=None")
     assert seen == ["Load weight begin. avail mem=18.60 GB", "api_key=None"]
+
+
+# The rendezvous: the lab suite proves on SGLang's real server that nothing listens beyond
+# loopback (tests/integration/serve/test_serve.py, ss -ltnp); these check the choice itself.
+def test_a_group_on_one_host_meets_in_a_new_file_store_on_loopback(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch.tempfile, "tempdir", str(tmp_path))
+    environ: dict[str, str] = {"NCCL_SOCKET_IFNAME": "eth1"}
+    url = launch.store_on_no_port(["--config", "/etc/sglang/instances/a.yaml", "--tp", "2"],
+                                  environ)
+    assert url == environ["SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE"]
+    folder = Path(url.removeprefix("file://")).parent
+    assert folder.parent == tmp_path and folder.is_dir() and not any(folder.iterdir())
+    assert environ["GLOO_SOCKET_IFNAME"] == "lo"
+    assert environ["NCCL_SOCKET_IFNAME"] == "eth1"  # what the environment says wins
+    again = launch.store_on_no_port([], {})
+    assert again != url  # a new folder each start: a store left by a crash is never reused
+
+
+@pytest.mark.parametrize("argv", [["--nnodes", "2"], ["--dist-init-addr=10.0.0.1:5000"]])
+def test_a_group_across_nodes_or_a_given_rendezvous_is_left_alone(argv):
+    environ: dict[str, str] = {}
+    assert launch.store_on_no_port(argv, environ) is None and environ == {}
+    given = {"SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": "env://"}
+    assert launch.store_on_no_port([], given) is None
+    assert given == {"SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": "env://"}
