@@ -342,12 +342,17 @@ def _resolve(
     served, served_var = _setting(settings, raw, "served_model_name")
     served = _check_text(served or model_path.rstrip("/").rsplit("/", 1)[-1], served_var)
 
+    # Unset (the default): no flag, SGLang picks for the model and the GPU
+    # (ServerArgs._get_default_attn_backend), and on a CPU instance ServerArgs._handle_cpu_backends
+    # picks intel_amx, which falls back to torch_native without AMX or sgl-kernel's CPU ops
+    # (srt/server_args.py:1266-1271, 2809-2818 of SGLang 0.5.12). A value set is passed as given.
     backend, backend_var = _setting(settings, raw, "attention_backend")
-    if cpu and backend not in CPU_ATTENTION_BACKENDS:
+    if cpu and backend and backend not in CPU_ATTENTION_BACKENDS:
         raise ServeConfigError(
-            f"{backend_var} = {backend or '(none)'} does not run on a CPU instance "
+            f"{backend_var} = {backend} does not run on a CPU instance "
             f"({device_var} = cpu): it needs a GPU. Fix: set {backend_var} to one of "
-            f"{', '.join(CPU_ATTENTION_BACKENDS)} (torch_native runs on any CPU)"
+            f"{', '.join(CPU_ATTENTION_BACKENDS)} (torch_native runs on any CPU), or leave it "
+            "unset: SGLang then picks one itself"
         )
     argv: list[str] = []
     argv_from: list[str] = []  # the variable each argument came from, for error messages

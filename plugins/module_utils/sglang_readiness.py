@@ -11,6 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_crash_patterns import (
+    MATCH_LINES,
+    explain,
+)
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_load_progress import (
     instance_weight_files,
     load_progress,
@@ -47,10 +51,13 @@ def classify(
     now: float,
     stall_timeout: float,
     rate_window: float = 10.0,
+    recovered: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Classify one observation; returns the instance's new state record.
 
     ``previous`` is the record this function returned last time (None on the first look).
+    ``recovered`` is the unit's note (``recovery_note``) when this run started it again after a
+    crash before the run: a crash now is then a crash loop.
     """
     previous = previous or {}
     first_seen = previous.get("first_seen", now)
@@ -69,8 +76,13 @@ def classify(
         "progress": progress,
         "samples": samples,
     }
+    resolved = obs.get("resolved") or previous.get("resolved")
+    if resolved:
+        record["resolved"] = resolved  # what SGLang resolved, from the look that found it healthy
     if obs.get("crash"):
         state, detail = "crashed", obs["crash"]
+        if recovered is not None:
+            detail = crash_loop(detail, recovered["cause"])
     elif obs.get("http_status") == 200 and obs.get("model_listed"):
         state, detail = "healthy", "ready"
         if obs.get("proven_at"):
@@ -93,6 +105,63 @@ def classify(
             record["label"] = state_text
     record.update({"state": state, "detail": detail})
     return record
+
+
+def recovery_note(value: dict[str, Any] | str) -> dict[str, str]:
+    """A unit's entry of module sglang_unit_recover's ``recovered`` (or its text alone) as
+    {text, summary, cause}: the report's line, the checklist's, the crash loop's."""
+    if isinstance(value, str):
+        return {"text": value, "summary": value.split("; last log: ", 1)[0], "cause": ""}
+    text = str(value.get("text") or value.get("summary") or "restarted after a crash")
+    return {
+        "text": text,
+        "summary": str(value.get("summary") or text.split("; last log: ", 1)[0]),
+        "cause": str(value.get("cause") or ""),
+    }
+
+
+def crash_loop(detail: str, cause: str) -> str:
+    """A crash in this wait of a unit this run started again after a crash before it."""
+    before = f"it had crashed before this run ({cause})" if cause else (
+        "it had crashed before this run")
+    return f"crash loop: {before} and crashed again in this wait: {detail}"
+
+
+def describe_resolved(resolved: dict[str, Any] | None) -> str:
+    """What SGLang resolved for an instance (sglang_unit_probes.resolved_settings) as one phrase,
+    e.g. ``attention triton, moe auto, quantization w4afp8``; empty when not known. A prefill or
+    decode backend is named where it differs from the attention backend; no quantization passed
+    means the checkpoint's own config decides (ModelConfig._verify_quantization,
+    srt/configs/model_config.py)."""
+    if not resolved or not resolved.get("attention_backend"):
+        return ""
+    attention = str(resolved["attention_backend"])
+    split = [
+        f"{phase} {resolved[key]}"
+        for phase, key in (("prefill", "prefill_attention_backend"),
+                           ("decode", "decode_attention_backend"))
+        if resolved.get(key) and resolved[key] != attention
+    ]
+    if split:
+        attention += f" ({', '.join(split)})"
+    parts = [f"attention {attention}"]
+    if resolved.get("moe_runner_backend"):
+        parts.append(f"moe {resolved['moe_runner_backend']}")
+    quantization = resolved.get("quantization")
+    parts.append(f"quantization {quantization}" if quantization
+                 else "quantization from the checkpoint")
+    return ", ".join(parts)
+
+
+def resolved_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The checklist's phrases of what SGLang resolved, instances that resolved alike together:
+    ``gpu0, gpu1: attention flashinfer, moe auto, quantization fp8``."""
+    groups: dict[str, list[str]] = {}
+    for row in rows:
+        text = describe_resolved(row.get("resolved"))
+        if text:
+            groups.setdefault(text, []).append(row["name"])
+    return [f"{', '.join(names)}: {text}" for text, names in groups.items()]
 
 
 def describe_wait(obs: dict[str, Any]) -> str:
@@ -168,6 +237,8 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
     window = float(params.get("rate_window") or 10.0)
     weights: dict[str, list[str]] = {}
     resident: dict[str, int | None] = {}
+    notes = {unit: recovery_note(value)
+             for unit, value in (params.get("recovered") or {}).items()}
     while True:
         now = time.time()
         looking = [i for i in instances
@@ -187,7 +258,8 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
                 obs["total_bytes"] = (previous or {}).get("progress", {}).get("total_bytes", 0)
                 observations[name] = obs
                 records[name] = classify(
-                    obs, previous, now, float(params["stall_timeout"]), window
+                    obs, previous, now, float(params["stall_timeout"]), window,
+                    notes.get(instance["unit"]),
                 )
                 continue
             if name not in weights:
@@ -204,7 +276,8 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
             obs["resident_bytes"] = resident.get(name)
             observations[name] = obs
             records[name] = classify(
-                obs, previous, now, float(params["stall_timeout"]), window
+                obs, previous, now, float(params["stall_timeout"]), window,
+                notes.get(instance["unit"]),
             )
         states = [records[i["name"]]["state"] for i in instances]
         outcome = outcome_of(states, now - started, float(params["timeout"]))
@@ -247,10 +320,21 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         )
         if record["state"] not in ("healthy",) and row["last_log"]:
             line += f"; last log: {row['last_log']}"
+        if record["state"] == "healthy" and record.get("resolved"):
+            row["resolved"] = record["resolved"]
+            line += f"; {describe_resolved(record['resolved'])}"
+        note = notes.get(instance["unit"])
+        if note:
+            row["recovered"] = note["text"]
+            line += f"; {note['text']}"
         report.append(line)
         if record["state"] in TERMINAL_BAD and "log_tail" not in record:
-            record["log_tail"] = journal_tail(instance["unit"], params["log_lines"])
+            # the known failures are matched over more lines than the message quotes
+            tail = journal_tail(instance["unit"], max(int(params["log_lines"]), MATCH_LINES))
+            record["log_tail"] = tail[-int(params["log_lines"]):] if params["log_lines"] else []
+            record["known_failures"] = explain(tail, instance)
         row["log_tail"] = record.get("log_tail", [])
+        row["known_failures"] = record.get("known_failures", [])
         rows.append(row)
     states = [r["state"] for r in rows]
     outcome = outcome_of(states, now - started, float(params["timeout"]))
@@ -263,7 +347,13 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         for r in rows
         if r["state"] != "healthy"
     ]
-    summary = "; ".join([verdict, *waiting])
+    restarted = [
+        f"{r['name']} {notes[r['unit']]['summary']}"
+        + (", then crashed again in this wait" if r["state"] == "crashed" else "")
+        for r in rows
+        if r["unit"] in notes
+    ]
+    summary = "; ".join([verdict, *waiting, *restarted])
     msg = verdict
     if outcome in TERMINAL_BAD:
         bad = [r for r in rows if r["state"] == outcome]
@@ -272,6 +362,7 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
             parts.append(f"{r['unit']} {outcome}: {r['detail']}")
             parts.append(f"last {len(r['log_tail'])} log lines of {r['unit']}:")
             parts.extend(f"    {line}" for line in r["log_tail"])
+            parts.extend(r["known_failures"])  # after SGLang's own lines
         msg = "\n".join([f"{verdict}; {len(bad)} {outcome}", *parts])
         report.extend(parts[1:] if len(bad) == 1 else parts)
     elif outcome == "timeout":
@@ -282,6 +373,7 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         "outcome": outcome,
         "verdict": verdict,
         "summary": summary,
+        "checklist": "; ".join([verdict, *resolved_lines(rows), *restarted]),
         "progress": [
             {"name": r["name"], "state": r["state"], "elapsed_s": r["elapsed"], **r["progress"]}
             for r in rows
@@ -306,6 +398,7 @@ ARGUMENT_SPEC = {
     "log_lines": {"type": "int", "default": 20},
     "rate_window": {"type": "float", "default": 10.0},
     "proven_dir": {"type": "str", "default": "/run/sglang-lxc/readiness"},
+    "recovered": {"type": "dict", "default": {}},
 }
 
 

@@ -95,7 +95,9 @@ def systemctl_show(unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def journal(unit: str, invocation: str | None, lines: int | None = None) -> list[str]:
+def journal_command(unit: str, invocation: str | None, lines: int | None = None) -> list[str]:
+    """journalctl for one invocation of the unit (the lines its processes logged), or for the
+    whole unit when the invocation is not known; the last ``lines`` only when given."""
     cmd = ["journalctl", "--no-pager", "-o", "cat", "-q"]
     if invocation:
         cmd.append(f"_SYSTEMD_INVOCATION_ID={invocation}")
@@ -103,6 +105,11 @@ def journal(unit: str, invocation: str | None, lines: int | None = None) -> list
         cmd.append(f"--unit={unit}")
     if lines:
         cmd += ["-n", str(lines)]
+    return cmd
+
+
+def journal(unit: str, invocation: str | None, lines: int | None = None) -> list[str]:
+    cmd = journal_command(unit, invocation, lines)
     out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
     return out.splitlines()
 
@@ -190,6 +197,42 @@ def models_listed(body: bytes, served: str) -> tuple[bool, str]:
     return False, f"/v1/models lists {ids or 'nothing'}, not {served}"
 
 
+# What SGLang resolved for an instance (ServerArgs fields, srt/server_args.py of SGLang 0.5.12),
+# as GET /server_info returns them: dataclasses.asdict(server_args) of the tokenizer manager, the
+# scheduler's init info and "internal_states", one dict per DP rank holding the scheduler's own
+# vars(get_global_server_args()) (srt/entrypoints/http_server.py:630-644,
+# srt/managers/scheduler.py:3469-3492). ServerArgs settles them at its start (__post_init__:
+# _handle_attention_backend_compatibility picks the attention backend when none was passed).
+RESOLVED_FIELDS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "moe_runner_backend",
+    "quantization",
+)
+
+
+def resolved_settings(body: bytes | str) -> dict[str, Any] | None:
+    """RESOLVED_FIELDS from a /server_info answer, the scheduler's own values first (its first
+    internal state), else the top level's; None when the body is not such an answer."""
+    try:
+        info = json.loads(body or b"{}")
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    states = info.get("internal_states")
+    scheduler = states[0] if isinstance(states, list) and states and isinstance(
+        states[0], dict) else {}
+    found = {}
+    for field in RESOLVED_FIELDS:
+        if field in scheduler:
+            found[field] = scheduler[field]
+        elif field in info:
+            found[field] = info[field]
+    return found if "attention_backend" in found else None
+
+
 def proven_at(proven_dir: str, unit: str, invocation: str) -> float | None:
     """When /health last generated a token for this invocation (this run) of the unit; None
     when it never did, or the unit has restarted since (a new InvocationID)."""
@@ -241,7 +284,11 @@ def observe(
     the earliest). Once an invocation of the unit has passed it (recorded under proven_dir), a
     later look at the same invocation asks its scheduler instead: /server_info is answered by
     the scheduler's own loop (a hung forward pass blocks it) in milliseconds. Any other answer
-    drops the record, and the look after that asks /health again."""
+    drops the record, and the look after that asks /health again.
+
+    A look that finds the instance healthy also keeps what SGLang resolved for it (``resolved``:
+    attention backends, MoE runner backend, quantization) from that /server_info answer; after a
+    /health look it asks /server_info once for it (the scheduler's loop, milliseconds)."""
     show = systemctl_show(instance["unit"])
     obs: dict[str, Any] = {
         "baseline": {
@@ -260,11 +307,13 @@ def observe(
     proven = None
     if show.get("ActiveState") == "active" and not obs["crash"]:
         proven = proven_at(proven_dir, instance["unit"], invocation)
+    server_info = None
     if obs["port_open"]:
         if proven is not None:
-            obs["http_status"], _body = http_get(host, port, "/server_info", api_key)
+            obs["http_status"], body = http_get(host, port, "/server_info", api_key)
             if obs["http_status"] == 200:
                 obs["proven_at"] = proven
+                server_info = body
             else:
                 forget(proven_dir, instance["unit"])
         else:
@@ -282,6 +331,11 @@ def observe(
     if obs["answered"]:
         if proven is None:
             prove(proven_dir, instance["unit"], invocation, time.time())
+            status, body = http_get(host, port, "/server_info", api_key)
+            server_info = body if status == 200 else None
+        resolved = resolved_settings(server_info) if server_info is not None else None
+        if resolved:
+            obs["resolved"] = resolved
         return obs
     logs = journal(instance["unit"], show.get("InvocationID") or None)
     obs["log_count"] = len(logs)

@@ -13,8 +13,23 @@ description:
     print progress between rounds and call the module again with the returned O(state).
   - C(healthy) needs C(/health) 200 and the served model name listed on C(/v1/models); for an
     invocation of the unit that passed C(/health) before, C(/server_info) 200 (see O(proven_dir)).
+  - >-
+    For a healthy instance the report says what SGLang resolved for it, read from the same
+    C(/server_info) answer (asked once after a C(/health) look): the attention backend (the
+    prefill and decode ones where they differ), the MoE runner backend and the quantization, e.g.
+    C(attention triton, moe auto, quantization from the checkpoint) (no quantization passed, so
+    the checkpoint's config decides). Only those ServerArgs fields are kept, never the answer
+    (it holds the API key).
   - C(crashed) when the unit is failed, inactive, waiting to auto-restart, or restarted since the
-    first round; the result carries the last log lines from the journal.
+    first round; the result carries the last log lines from the journal. A unit found crashed
+    before the run is started again by module sglang_unit_recover first (see O(recovered)).
+  - >-
+    The journal's last 200 lines of a crashed or hung instance are matched against known SM120
+    failures (module_utils C(sglang_crash_patterns)): CUDA out of memory while capturing CUDA
+    graphs, no kernel image for the GPU in a kernel library, NCCL errors in a TP group, DeepGEMM
+    asserting on the architecture, Triton out of shared memory, flashinfer's trtllm-gen
+    kernels. Each match adds one line C(known failure: <what>; fix: <fix>) after SGLang's own
+    lines in the failure message and the report.
   - C(hung) when the process is alive but shows no progress for O(stall_timeout) seconds.
     Progress evidence is any change of port state, HTTP status, number of log lines of the
     current invocation, SGLang's shard progress in them, disk bytes read (and bytes read through
@@ -79,6 +94,16 @@ options:
       - Empty to ask C(/health) every time.
     type: str
     default: /run/sglang-lxc/readiness
+  recovered:
+    description:
+      - >-
+        The units this run started again because they had crashed before it (the C(recovered)
+        result of module sglang_unit_recover; a unit's text alone also does). Each one's line in
+        the report ends with that text, the summary and C(checklist) name it, and a crash of
+        such a unit in this wait is reported as a crash loop ("crash loop: it had crashed
+        before this run (exit status 9) and crashed again in this wait: ...").
+    type: dict
+    default: {}
 author:
   - sglang-lxc contributors (!UNKNOWN)
 """
@@ -122,6 +147,15 @@ summary:
     2m40s)".
   type: str
   returned: always
+checklist:
+  description: >-
+    The verdict, what SGLang resolved for the healthy instances (instances that resolved alike
+    together) and what each unit in O(recovered) had been, for the run's checklist, e.g.
+    "2/2 healthy; cpu0, cpu1: attention torch_native, moe auto, quantization from the
+    checkpoint; cpu0 restarted: it had crashed 12 s before this run (exit status 9)"; the
+    verdict alone when nothing of that is known.
+  type: str
+  returned: always
 progress:
   description: >-
     Per instance, as fields - name, state, elapsed_s and, while loading, percent, done_bytes,
@@ -131,7 +165,11 @@ progress:
 instances:
   description: >-
     Per-instance observation and classification; C(progress) holds the load progress as fields
-    (percent, done_bytes, total_bytes, rate_bps, eta_s, shards_done, shards_total, cached, text).
+    (percent, done_bytes, total_bytes, rate_bps, eta_s, shards_done, shards_total, cached, text);
+    C(recovered) the text of O(recovered) for a unit named there; C(resolved) for a healthy
+    instance, what SGLang resolved (attention_backend, prefill_attention_backend,
+    decode_attention_backend, moe_runner_backend, quantization); C(log_tail) and
+    C(known_failures) (the C(known failure ...; fix ...) lines) for a crashed or hung one.
   type: list
   returned: always
 state:

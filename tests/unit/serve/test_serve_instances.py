@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from serve_helpers import serve_filter
+from serve_helpers import ROOT, serve_filter
 
 expand = serve_filter.sglang_serve_instances
 Error = serve_filter.ServeConfigError
@@ -194,6 +194,50 @@ def test_jit_caches_are_per_cuda_version_and_shared_by_every_instance():
 def test_cuda_version_must_be_major_minor():
     with pytest.raises(serve_filter.ServeConfigError, match="sglang_serve_cuda_version"):
         expand(settings(cuda_version="13"), 1)
+
+
+def test_the_attention_backend_is_sglangs_choice_unless_set():
+    """The role's default is empty: no --attention-backend, SGLang picks for the model and the
+    GPU (ServerArgs._get_default_attn_backend, srt/server_args.py). A value set is passed."""
+    for unset in ("", None):
+        (one,) = expand(settings(attention_backend=unset), 1)
+        assert "--attention-backend" not in one["argv"]
+    (one,) = expand(settings(attention_backend="triton"), 1)
+    assert flag(one["argv"], "--attention-backend") == "triton"
+    assert one["argv_from"][one["argv"].index("--attention-backend")] == (
+        "sglang_serve_attention_backend")
+    # an instance may go back to SGLang's choice under a role-wide value
+    (one,) = expand(settings(instances=[{"name": "g", "gpus": [0], "attention_backend": ""}]), 1)
+    assert "--attention-backend" not in one["argv"]
+
+
+def test_a_cpu_instance_without_a_backend_lets_sglang_pick_torch_native():
+    (one,) = expand(settings(device="cpu", attention_backend="", instances=[{"name": "cpu0"}]), 0)
+    assert "--attention-backend" not in one["argv"]
+    assert flag(one["argv"], "--device") == "cpu"
+    # What SGLang 0.5.12 then does, recorded (recordings/README.md): _handle_cpu_backends picks
+    # intel_amx (server_args.py:1266-1271), and without AMX or sgl-kernel's CPU ops it falls back
+    # (server_args.py:2809-2818) to torch_native, the backend the lab sets by name.
+    fallback, server_args = (ROOT / "tests/unit/serve/recordings/server_args_cpu.log").read_text(
+    ).splitlines()[1:3]
+    assert fallback.endswith("The current platform does not support Intel AMX, will fallback to "
+                             "torch_native backend.")
+    assert "device='cpu'" in server_args and "attention_backend='torch_native'" in server_args
+
+
+def test_a_gpu_backend_set_on_a_cpu_instance_is_refused_naming_the_fix():
+    with pytest.raises(Error) as refused:
+        expand(settings(device="cpu", attention_backend="flashinfer", instances=[{"name": "c"}]), 0)
+    text = str(refused.value)
+    # the words the lab's serving test (case gpu-backend-on-cpu) looks for
+    assert "sglang_serve_attention_backend = flashinfer does not run on a CPU instance" in text
+    assert "torch_native" in text and "leave it unset" in text
+
+
+def test_the_example_leaves_the_attention_backend_to_sglang():
+    example = (ROOT / "inventory/example/group_vars/sglang_servers/serve.yml").read_text()
+    assert not re.search(r"^sglang_serve_attention_backend:", example, re.M)
+    assert "triton" in example  # the comment says what SGLang picks for Kimi-K2.5 (MLA)
 
 
 CPU = {"device": "cpu", "attention_backend": "torch_native"}

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from serve_helpers import load_progress, probes, readiness
 
 classify = readiness.classify
+# SGLang 0.5.12's own GET /server_info answer for a CPU instance started without
+# --attention-backend (recordings/README.md; its API key redacted)
+SERVER_INFO = (Path(__file__).parent / "recordings" / "server_info_cpu.json").read_bytes()
 RUNNING = {
     "ActiveState": "active",
     "SubState": "running",
@@ -136,8 +140,9 @@ class Clock:
         self.now += seconds
 
 
-def rounds(monkeypatch, script, stall=10.0, timeout=100.0, interval=2.0):
-    """Run rounds of run_round; ``script(name, t)`` returns the observation at time t."""
+def rounds(monkeypatch, script, stall=10.0, timeout=100.0, interval=2.0, **extra):
+    """Run rounds of run_round; ``script(name, t)`` returns the observation at time t; ``extra``
+    module arguments (``recovered``)."""
     clock = Clock()
     monkeypatch.setattr(readiness.time, "time", clock.time)
     monkeypatch.setattr(readiness.time, "sleep", clock.sleep)
@@ -168,6 +173,7 @@ def rounds(monkeypatch, script, stall=10.0, timeout=100.0, interval=2.0):
         "timeout": timeout,
         "state": {},
         "log_lines": 5,
+        **extra,
     }
     results = []
     for _ in range(200):
@@ -215,6 +221,101 @@ def test_rounds_crash_fails_at_once(monkeypatch):
     assert results[-1]["outcome"] == "crashed"
     assert len(results) <= 3
     assert "sglang@gpu1.service tail line" in results[-1]["msg"]
+
+
+# What module sglang_unit_recover returned for gpu1, started again by this run (its entry).
+RECOVERED = {
+    "sglang@gpu1.service": {
+        "action": "restart",
+        "cause": "exit status 9",
+        "summary": "restarted: it had crashed 12 s before this run (exit status 9)",
+        "text": "restarted: it had crashed 12 s before this run (exit status 9); "
+                "last log: Scheduler hit an exception",
+    }
+}
+
+
+def test_a_unit_recovered_before_the_wait_is_named_in_the_report_and_the_checklist(monkeypatch):
+    def script(name, t):
+        if t < 3:
+            return obs(log_count=int(t))
+        return obs(port_open=True, http_status=200, model_listed=True)
+
+    results = rounds(monkeypatch, script, recovered=RECOVERED)
+    first, last = results[0], results[-1]
+    assert first["report"][2].startswith("  sglang@gpu1.service (GPU 1, port 30001): loading for ")
+    assert first["report"][2].endswith(
+        "; restarted: it had crashed 12 s before this run (exit status 9); "
+        "last log: Scheduler hit an exception")
+    assert "restarted" not in first["report"][1]  # gpu0 was not recovered
+    assert first["summary"] == (
+        "0/2 healthy; gpu0 loading; gpu1 loading; "
+        "gpu1 restarted: it had crashed 12 s before this run (exit status 9)")
+    assert last["outcome"] == "healthy"
+    assert last["report"][2].startswith("  sglang@gpu1.service (GPU 1, port 30001): healthy for ")
+    assert " - ready; restarted: it had crashed 12 s before this run" in last["report"][2]
+    assert last["verdict"] == "2/2 healthy"
+    assert last["checklist"] == (
+        "2/2 healthy; gpu1 restarted: it had crashed 12 s before this run (exit status 9)")
+    assert last["instances"][1]["recovered"] == RECOVERED["sglang@gpu1.service"]["text"]
+    assert "recovered" not in last["instances"][0]
+
+
+def test_without_recovered_units_the_checklist_is_the_verdict(monkeypatch):
+    results = rounds(monkeypatch, lambda name, t: obs(port_open=True, http_status=200,
+                                                      model_listed=True))
+    assert results[-1]["checklist"] == results[-1]["verdict"] == "2/2 healthy"
+    assert results[-1]["summary"] == "2/2 healthy"
+
+
+def test_a_recovered_unit_that_crashes_again_in_the_wait_is_a_crash_loop(monkeypatch):
+    def script(name, t):
+        if name == "gpu1" and t >= 2:
+            return obs(crash="process exited (exit status 1); systemd will restart it")
+        return obs(log_count=int(t))
+
+    last = rounds(monkeypatch, script, stall=100, recovered=RECOVERED)[-1]
+    assert last["outcome"] == "crashed"
+    detail = last["instances"][1]["detail"]
+    assert detail == (
+        "crash loop: it had crashed before this run (exit status 9) and crashed again in this "
+        "wait: process exited (exit status 1); systemd will restart it")
+    assert last["msg"].splitlines()[:3] == [
+        "0/2 healthy; 1 crashed",
+        f"sglang@gpu1.service crashed: {detail}",
+        "last 1 log lines of sglang@gpu1.service:",
+    ]
+    assert "sglang@gpu1.service tail line" in last["msg"]  # SGLang's own lines, as before
+    assert last["checklist"] == (
+        "0/2 healthy; gpu1 restarted: it had crashed 12 s before this run (exit status 9), then "
+        "crashed again in this wait")
+
+
+def test_a_crash_of_a_unit_not_recovered_reads_as_before(monkeypatch):
+    def script(name, t):
+        if name == "gpu0" and t >= 2:
+            return obs(crash="process exited (exit status 1); systemd will restart it")
+        return obs(log_count=int(t))
+
+    last = rounds(monkeypatch, script, stall=100, recovered=RECOVERED)[-1]
+    assert last["instances"][0]["detail"] == (
+        "process exited (exit status 1); systemd will restart it")
+
+
+def test_crash_loop_wording_in_classify():
+    note = readiness.recovery_note(RECOVERED["sglang@gpu1.service"])
+    record = classify(obs(crash="unit failed (result exit-code, exit status 1)"), None, 0.0, 10,
+                      recovered=note)
+    assert record["state"] == "crashed"
+    assert record["detail"] == (
+        "crash loop: it had crashed before this run (exit status 9) and crashed again in this "
+        "wait: unit failed (result exit-code, exit status 1)")
+    assert classify(obs(port_open=True, http_status=200, model_listed=True), None, 0.0, 10,
+                    recovered=note)["detail"] == "ready"
+    text_only = readiness.recovery_note(RECOVERED["sglang@gpu1.service"]["text"])
+    assert text_only["summary"] == RECOVERED["sglang@gpu1.service"]["summary"]
+    assert readiness.crash_loop("x", text_only["cause"]) == (
+        "crash loop: it had crashed before this run and crashed again in this wait: x")
 
 
 def test_rounds_overall_timeout(monkeypatch):
@@ -458,7 +559,8 @@ def test_an_instance_that_answers_healthy_is_not_read_further(monkeypatch):
     monkeypatch.setattr(probes, "journal", lambda *a: read.append("journal") or ["line"])
     monkeypatch.setattr(probes, "io_counters", lambda cg: read.append("io") or (1, 2))
     monkeypatch.setattr(probes, "port_open", lambda host, port: True)
-    answers = {"/health": (200, b""), "/v1/models": (200, b'{"data": [{"id": "tiny"}]}')}
+    answers = {"/health": (200, b""), "/v1/models": (200, b'{"data": [{"id": "tiny"}]}'),
+               "/server_info": (200, SERVER_INFO)}
     monkeypatch.setattr(probes, "http_get", lambda host, port, path, key: answers[path])
 
     class NoGpu:
@@ -470,6 +572,7 @@ def test_an_instance_that_answers_healthy_is_not_read_further(monkeypatch):
     seen = probes.observe(instance, None, "", NoGpu())
     assert read == [], seen
     assert seen["answered"], seen
+    assert seen["resolved"]["attention_backend"] == "torch_native"
     assert classify(seen, None, 0.0, 900)["state"] == "healthy"
     answers["/health"] = (503, "")
     seen = probes.observe(instance, None, "", NoGpu())
@@ -488,7 +591,7 @@ def test_an_invocation_that_generated_a_token_is_asked_its_scheduler(monkeypatch
     monkeypatch.setattr(probes, "io_counters", lambda cg: (1, 2))
     monkeypatch.setattr(probes, "port_open", lambda host, port: True)
     asked = []
-    answers = {"/health": (200, b""), "/server_info": (200, b"{}"),
+    answers = {"/health": (200, b""), "/server_info": (200, SERVER_INFO),
                "/v1/models": (200, b'{"data": [{"id": "tiny"}]}')}
 
     def get(host, port, path, key):
@@ -511,26 +614,30 @@ def test_an_invocation_that_generated_a_token_is_asked_its_scheduler(monkeypatch
         return seen, [path for path, _key in asked]
 
     seen, paths = look()
-    assert paths == ["/health", "/v1/models"] and seen["answered"]
+    # /health proves the start; /server_info then tells what SGLang resolved (once per start)
+    assert paths == ["/health", "/v1/models", "/server_info"] and seen["answered"]
     assert "proven_at" not in seen
     assert json.loads((tmp_path / "proven/sglang@cpu0.service.json").read_text())[
         "invocation"] == "i1"
+    assert seen["resolved"]["attention_backend"] == "torch_native"
     seen, paths = look()
     assert paths == ["/server_info", "/v1/models"] and seen["answered"], seen
     assert ("/server_info", "k") in asked  # behind the API key, like /v1/models
+    # the rerun's look: the one /server_info answer tells what SGLang resolved, no more asked
+    assert seen["resolved"]["attention_backend"] == "torch_native"
     detail = classify(seen, None, 0.0, 900)["detail"]
     assert detail.startswith("ready (scheduler answers; /health generated a token at "), detail
     answers["/server_info"] = (None, b"")  # the scheduler does not answer: not healthy ...
     seen, paths = look()
     assert paths == ["/server_info"] and not seen["answered"]
-    answers["/server_info"] = (200, b"{}")
+    answers["/server_info"] = (200, SERVER_INFO)
     seen, paths = look()  # ... and the next look asks /health again
-    assert paths == ["/health", "/v1/models"] and seen["answered"]
+    assert paths == ["/health", "/v1/models", "/server_info"] and seen["answered"]
     show["InvocationID"] = "i2"  # restarted: its new run has generated nothing yet
     seen, paths = look()
     assert paths[0] == "/health"
     seen = probes.observe(instance, None, "k", NoGpu())  # no proven_dir: /health every time
-    assert asked[-2][0] == "/health"
+    assert [path for path, _key in asked[-3:]] == ["/health", "/v1/models", "/server_info"]
 
 
 def test_a_round_looks_at_every_instance_at_once(monkeypatch):
@@ -548,3 +655,83 @@ def test_a_round_looks_at_every_instance_at_once(monkeypatch):
     result = rounds(monkeypatch, script)[0]
     assert result["outcome"] == "healthy", result
     assert [p["state"] for p in result["progress"]] == ["healthy", "healthy"]
+
+
+# ------------------------------------------------------------------ what SGLang resolved
+def test_what_sglang_resolved_is_read_from_its_server_info():
+    """The field names are SGLang 0.5.12's ServerArgs fields; the scheduler's own values
+    (internal_states) come first: it resolved prefill and decode too, the top level says null."""
+    info = json.loads(SERVER_INFO)
+    assert info["version"] == "0.5.12"
+    assert info["attention_backend"] == "torch_native" and info["prefill_attention_backend"] is None
+    resolved = probes.resolved_settings(SERVER_INFO)
+    assert resolved == {
+        "attention_backend": "torch_native",
+        "prefill_attention_backend": "torch_native",
+        "decode_attention_backend": "torch_native",
+        "moe_runner_backend": "auto",
+        "quantization": None,
+    }
+    assert "api_key" not in resolved  # the answer holds the key; only these fields are kept
+    assert readiness.describe_resolved(resolved) == (
+        "attention torch_native, moe auto, quantization from the checkpoint")
+    top = {k: v for k, v in info.items() if k != "internal_states"}
+    assert probes.resolved_settings(json.dumps(top))["prefill_attention_backend"] is None
+    assert probes.resolved_settings(b"not json") is None
+    assert probes.resolved_settings(b"{}") is None
+    assert probes.resolved_settings(b"[]") is None
+
+
+def test_a_split_attention_backend_and_a_quantization_are_named():
+    assert readiness.describe_resolved({
+        "attention_backend": "triton", "prefill_attention_backend": "fa4",
+        "decode_attention_backend": "triton", "moe_runner_backend": "triton",
+        "quantization": "w4afp8"}) == (
+        "attention triton (prefill fa4), moe triton, quantization w4afp8")
+    assert readiness.describe_resolved(None) == ""
+
+
+def test_the_report_and_the_checklist_say_what_sglang_resolved(monkeypatch):
+    resolved = probes.resolved_settings(SERVER_INFO)
+
+    def script(name, t):
+        if t < 3:
+            return obs(log_count=int(t))
+        return obs(port_open=True, http_status=200, model_listed=True, resolved=resolved)
+
+    results = rounds(monkeypatch, script, recovered=RECOVERED)
+    first, last = results[0], results[-1]
+    assert "attention" not in first["report"][1]  # not known while loading
+    assert last["outcome"] == "healthy"
+    line = last["report"][1]
+    assert line.startswith("  sglang@gpu0.service (GPU 0, port 30000): healthy for ")
+    assert line.endswith(" - ready; attention torch_native, moe auto, quantization from the "
+                         "checkpoint")
+    assert last["report"][2].endswith(
+        "- ready; attention torch_native, moe auto, quantization from the checkpoint; "
+        "restarted: it had crashed 12 s before this run (exit status 9); "
+        "last log: Scheduler hit an exception")
+    assert last["instances"][0]["resolved"] == resolved
+    assert last["checklist"] == (
+        "2/2 healthy; gpu0, gpu1: attention torch_native, moe auto, quantization from the "
+        "checkpoint; gpu1 restarted: it had crashed 12 s before this run (exit status 9)")
+    # a later round (the state passed back) keeps it without another look
+    again = readiness.classify(obs(port_open=True, http_status=200, model_listed=True),
+                               {"resolved": resolved}, 0.0, 900)
+    assert again["resolved"] == resolved
+
+
+def test_instances_that_resolved_differently_each_get_their_phrase():
+    rows = [
+        {"name": "gpu0", "resolved": {"attention_backend": "flashinfer",
+                                      "moe_runner_backend": "auto", "quantization": "fp8"}},
+        {"name": "gpu1", "resolved": {"attention_backend": "flashinfer",
+                                      "moe_runner_backend": "auto", "quantization": "fp8"}},
+        {"name": "kimi", "resolved": {"attention_backend": "triton",
+                                      "moe_runner_backend": "auto", "quantization": None}},
+        {"name": "down"},
+    ]
+    assert readiness.resolved_lines(rows) == [
+        "gpu0, gpu1: attention flashinfer, moe auto, quantization fp8",
+        "kimi: attention triton, moe auto, quantization from the checkpoint",
+    ]
