@@ -8,12 +8,15 @@ serves), and the router in front is the real sglang-router. Nothing here imitate
 
 The module goes through the whole story in file order: bad input rejected before any change,
 check mode, converge (loading, then healthy, from SGLang's own log lines), idempotence, a bad
-argument refused by SGLang's parser, one-instance changes, a killed process, the router, a
-rolling restart under client traffic, a hung and a crashed load, removal, a reboot, and the API
-key kept out of every output and command line. Instance starts are the cost (about 40 CPU s
-each), so each test reuses the state the one before it left, and the order is the one that
-needs the fewest: seven full starts (the router finds both instances up; the reboot, after the
-removal, brings back one).
+argument refused by SGLang's parser, one-instance changes, the router (ready once a completion
+went through it; every port on loopback; the Prometheus targets parsed), a scheduler killed under
+traffic through the router and a converge run while its unit waits in auto-restart, a rolling
+restart under client traffic, a hung and a crashed load, removal, every instance stopped under
+traffic and converged again, a reboot, and the API key kept out of every output and command
+line. Instance starts are the cost (about 40 CPU s each), so each test reuses the state the one
+before it left, and the order is the one that needs the fewest: eight full starts (the router
+finds both instances up; the fault drills chain onto the starts the story has; the outage and the
+reboot, after the removal, bring back one).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import shutil
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -394,6 +398,8 @@ def test_rerun_changes_nothing_parses_nothing_and_publishes_the_verdict(ct):
         line = (rf"{re.escape(unit)} \(CPU, port {30000 + index}\): healthy for [0-9:]+ - ready "
                 rf"\(scheduler answers; /health generated a token at {at}, same start\)")
         assert re.search(line, text), (line, result.output[-4000:])
+    # what SGLang resolved for them, from their /server_info (the lab sets torch_native)
+    assert "cpu0, cpu1: attention torch_native" in text, result.output[-4000:]
 
 
 def test_check_mode_after_converge_changes_nothing(ct):
@@ -443,23 +449,34 @@ def test_changing_one_instance_restarts_only_it(ct):
     assert "2/2 healthy" in result.output
 
 
-def test_killed_instance_is_restarted_by_systemd(ct):
-    unit = "sglang@cpu0.service"
-    restarts = int(show(ct, unit, "NRestarts"))
-    sh(ct, f"kill -9 {show(ct, unit, 'MainPID')}")
-    assert wait_until(lambda: int(show(ct, unit, "NRestarts")) > restarts
-                      and http(ct, 30000, "/health") == "200", timeout=600)
-    assert int(show(ct, unit, "NRestarts")) == restarts + 1
+def listeners(ct) -> list[tuple[str, str]]:
+    """(local address:port, process) of every listening TCP socket in the container."""
+    out = []
+    for line in sh(ct, "ss -Hltnp").splitlines():
+        fields = line.split()
+        process = re.search(r'users:\(\("([^"]+)"', line)
+        out.append((fields[3], process.group(1) if process else "?"))
+    return out
 
 
-def test_router_in_front_counts_its_healthy_workers(ct):
+def test_router_in_front_is_ready_when_a_completion_goes_through_it(ct, tmp_path):
     started = time.monotonic()
     before = invocations(ct)
-    result = play(ct, **ROUTER, sglang_serve_instances=CHANGED)  # the router alone starts
+    artifacts = tmp_path / "artifacts"
+    result = play(ct, **ROUTER, sglang_serve_instances=CHANGED,  # the router alone starts
+                  env={"SGLANG_LXC_ARTIFACTS": str(artifacts)})
     FIGURES["router_seconds"] = round(time.monotonic() - started, 1)
     assert result.rc == 0, str(result)
     assert "2/2 healthy" in result.output
-    assert "is ready: 2/2 workers healthy" in " ".join(result.output.split())
+    # ready means a client was served: a one-token completion through the router, with the key
+    text = " ".join(result.output.split())
+    ready = re.search(r"is ready: 2/2 workers healthy; a completion through the router in "
+                      r"([0-9.]+) s", text)
+    assert ready, result.output[-4000:]
+    FIGURES["router_readiness_completion_seconds"] = float(ready.group(1))
+    todos = json.loads((artifacts / "latest" / "todo.json").read_text())["todos"]
+    assert any("a completion through the router in" in (t.get("details") or "")
+               for t in todos), todos
     assert invocations(ct) == before  # no instance restarted for the router
     workers = json.loads(sh(ct, "curl -s http://127.0.0.1:30080/workers"))
     urls = sorted(w["url"] for w in workers["workers"] if w.get("is_healthy"))
@@ -469,17 +486,153 @@ def test_router_in_front_counts_its_healthy_workers(ct):
     assert http(ct, 30080, "/v1/chat/completions", KEY, CHAT) == "200"
     unit = sh(ct, "systemctl cat sglang-router.service")
     assert "--policy round_robin" in unit
-    # its Prometheus endpoint on the router's own address (sglang-router's default: 0.0.0.0),
-    # and the router's and an instance's /metrics read by prometheus_client's own parser
-    router = sh(ct, "ss -Hltn 'sport = :29000'").split()
-    assert "127.0.0.1:29000" in router and not {"0.0.0.0:29000", "*:29000"} & set(router), router
-    for port in (29000, 30000):
-        families = json.loads(ct.exec(f"{VENV}/bin/python", "-c", PARSE_METRICS, str(port)).stdout)
-        assert families, port
-    assert any(name.startswith("sglang") for name in families), families  # the instance's
+    for flag in ("--health-check-interval-secs 2", "--health-failure-threshold 2",
+                 "--cb-timeout-duration-secs 5"):  # the role's measured defaults
+        assert flag in unit, flag
+    # nothing listens beyond the address its service was given (all loopback here): the
+    # router, its Prometheus endpoint (sglang-router's default: 0.0.0.0), the instances and
+    # their schedulers' process groups (torch's TCPStore binds [::] unless SGLang is given a
+    # FileStore: roles/sglang_serve/files/sglang-launch.py). sshd is the container's own.
+    found = listeners(ct)
+    FIGURES["listeners"] = sorted({f"{address} {process}" for address, process in found})
+    wide = [(a, p) for a, p in found if p != "sshd" and not a.startswith("127.0.0.1:")]
+    assert not wide, found
+    assert {"127.0.0.1:29000", "127.0.0.1:30080", "127.0.0.1:30000", "127.0.0.1:30001"} <= {
+        a for a, _ in found}, found
+    # the run's Prometheus file_sd targets: every instance and the router, each /metrics read
+    # by prometheus_client's own parser (SGLang's dependency, in the serving venv)
+    targets = json.loads((artifacts / "latest" / "prometheus_targets.json").read_text())
+    listed = {t for entry in targets for t in entry["targets"]}
+    assert listed == {"127.0.0.1:30000", "127.0.0.1:30001", "127.0.0.1:29000"}, targets
+    jobs = {entry["labels"]["job"] for entry in targets}
+    assert jobs == {"sglang", "sglang-router"}, targets
+    record = json.loads(sh(ct, "cat /etc/sglang/deployed/sglang_router.json"))
+    assert record["published"]["prometheus_targets"] == [
+        e for e in targets if e["labels"]["job"] == "sglang-router"], record
+    for target in sorted(listed):
+        port = target.rsplit(":", 1)[1]
+        families = json.loads(ct.exec(f"{VENV}/bin/python", "-c", PARSE_METRICS, port).stdout)
+        assert families, target
+        if port == "30000":
+            assert any(name.startswith("sglang") for name in families), families
+        if port == "29000":  # the router's breakers and worker health, which the drills read
+            assert {"smg_worker_cb_state", "smg_worker_health"} <= set(families), families
     security = sh(ct, "systemd-analyze security --no-pager sglang-router.service")
     level = exposures(security)["sglang-router.service"]
     assert level <= EXPOSURE_FLOOR, f"sglang-router.service exposure {level}"
+
+
+# The fault drills' client (tests/integration/serve/chaos_client.py), in the container: one-token
+# completions through the router the whole time, each one counted, and what the router says of
+# each worker every 0.25 s. Times are CLOCK_MONOTONIC, as systemd's and the journal's.
+CLIENT = "/root/chaos_client.py"
+
+
+class Client:
+    def __init__(self, ct, name: str):
+        self.ct, self.folder, self.outcome = ct, f"/root/chaos-{name}", {}
+        pct("push", str(VMID), str(Path(__file__).with_name("chaos_client.py")), CLIENT)
+        sh(ct, f"rm -rf {self.folder}; mkdir -p {self.folder}")
+        self.thread = threading.Thread(target=lambda: self.outcome.update(run=ct.exec(
+            "/usr/bin/python3", CLIENT, KEY, self.folder, "1800", check=False)))
+
+    def __enter__(self):
+        self.thread.start()
+        # drills begin once a request has been answered through the router
+        assert wait_until(lambda: not self.thread.is_alive() or self.exists("first"),
+                          timeout=300, step=0.5) and self.exists("first"), self.outcome
+        return self
+
+    def __exit__(self, *exc):
+        self.ct.exec("touch", f"{self.folder}/stop", check=False)
+        self.thread.join(timeout=120)
+
+    def exists(self, name: str) -> bool:
+        return sh(self.ct, f"test -e {self.folder}/{name} && echo yes", check=False) == "yes\n"
+
+    def read(self, name: str) -> list:
+        return [json.loads(line) for line in
+                sh(self.ct, f"cat {self.folder}/{name}.jsonl", check=False).splitlines()
+                if line.strip()]
+
+    def summary(self) -> dict:
+        lines = self.outcome["run"].stdout.strip().splitlines()
+        assert lines, self.outcome["run"].stderr
+        return json.loads(lines[-1])
+
+
+def now(ct) -> float:
+    """The container's CLOCK_MONOTONIC, in seconds."""
+    return float(sh(ct, "python3 -c 'import time; print(time.monotonic())'"))
+
+
+def out_of_rotation(entry) -> bool:
+    """The router sends the worker nothing: not healthy in /workers, or its breaker open."""
+    return entry is not None and (entry[0] is False or entry[1] == 1)
+
+
+def left_at(watch: list, url: str, since: float) -> float | None:
+    return next((t for t, seen in watch if t >= since and out_of_rotation(seen.get(url))), None)
+
+
+def own_health_at(ct, name: str, since: float) -> float | None:
+    """When the instance first answered its own /health 200 after ``since`` (its access log,
+    monotonic: the router's checks and the role's readiness ask it)."""
+    log = sh(ct, f"journalctl --no-pager -o short-monotonic -u sglang@{name}.service")
+    stamps = [float(m.group(1)) for m in re.finditer(
+        r'^\[\s*([0-9.]+)\][^\n]*"GET /health HTTP/1\.1" 200', log, re.M)]
+    return next((t for t in stamps if t > since), None)
+
+
+def back_at(watch: list, url: str, since: float) -> float | None:
+    """When the router next sent the worker a request that succeeded, after ``since``."""
+    before = [seen[url][2] for t, seen in watch if t <= since and url in seen]
+    floor = max(before) if before else 0
+    return next((t for t, seen in watch if t > since and url in seen and seen[url][2] > floor),
+                None)
+
+
+def test_a_killed_scheduler_leaves_rotation_and_a_rerun_in_auto_restart_converges(ct):
+    """SIGKILL to cpu0's scheduler under traffic through the router: SGLang takes its server
+    down, the router takes it out of rotation, and a converge run while systemd holds the unit
+    in auto-restart (a runtime drop-in holds it there) starts it again and waits for it."""
+    unit, url = "sglang@cpu0.service", "http://127.0.0.1:30000"
+    hold = f"/run/systemd/system/{unit}.d/zz-test-hold.conf"
+    try:
+        sh(ct, f"mkdir -p /run/systemd/system/{unit}.d && "
+               f"printf '[Service]\\nRestartSec=900\\n' > {hold} && systemctl daemon-reload")
+        with Client(ct, "kill") as client:
+            killed = float(sh(ct, f"python3 -c 'import os, time; print(time.monotonic()); "
+                                  f"os.kill(int(os.popen(\"pgrep -P {show(ct, unit, 'MainPID')} "
+                                  f"-f sglang::schedul\").read().split()[0]), 9)'"))
+            assert wait_until(lambda: show(ct, unit, "SubState") == "auto-restart", timeout=120)
+            assert wait_until(lambda: left_at(client.read("watch"), url, killed), timeout=60)
+            result = play(ct, **ROUTER, sglang_serve_instances=CHANGED)
+            exited = now(ct)
+            assert result.rc == 0, str(result)
+            # back in rotation, and requests sent after the run's end answered
+            assert wait_until(lambda: back_at(client.read("watch"), url, exited) and sum(
+                1 for sent, *_ in client.read("requests") if sent > exited) >= 20, timeout=300)
+    finally:
+        sh(ct, f"rm -f {hold}; systemctl daemon-reload", check=False)
+    text = " ".join(result.output.split())
+    assert re.search(r"cpu0 restarted: it had crashed \d+ s before this run \(killed by signal "
+                     r"9\)", text), result.output[-4000:]
+    assert "2/2 healthy" in result.output
+    requests, watch = client.read("requests"), client.read("watch")
+    own = own_health_at(ct, "cpu0", int(show(ct, unit, "InactiveExitTimestampMonotonic")) / 1e6)
+    assert own is not None, "cpu0 never answered its own /health after its start"
+    figures = {
+        "left_rotation_s": round(left_at(watch, url, killed) - killed, 2),
+        "back_after_own_health_s": round(back_at(watch, url, own) - own, 2),
+        "failed_during": sum(1 for sent, done, ok, _ in requests if not ok and sent < exited),
+        "failed_after_run": sum(1 for sent, done, ok, _ in requests if not ok and sent >= exited),
+        **client.summary(),
+    }
+    FIGURES["killed_scheduler"] = figures
+    assert figures["left_rotation_s"] <= 10, figures
+    assert figures["back_after_own_health_s"] <= 10, figures
+    assert figures["failed_after_run"] == 0, figures
 
 
 VENV = "/opt/sglang/venv"  # inventory/lab/group_vars/all/paths.yml sglang_lxc_venv
@@ -656,6 +809,47 @@ def test_removed_instance_is_stopped_and_disabled(ct):
     assert "is ready: 1/1 workers healthy" in " ".join(result.output.split())
     workers = json.loads(sh(ct, "curl -s http://127.0.0.1:30080/workers"))
     assert [w["url"] for w in workers["workers"]] == ["http://127.0.0.1:30000"], workers
+
+
+def test_every_instance_stopped_then_a_converge_leaves_no_failed_request(ct):
+    """Every instance of the host (cpu0, after the removal) stopped under traffic through the
+    router, its breaker opened by the failures; then the serve play: it exits 0 only once a
+    completion went through the router, and no request sent after that fails (sglang-router's
+    own defaults answered 503 for 14-17 s after such a run: breakers open for 60 s)."""
+    url = "http://127.0.0.1:30000"
+    with Client(ct, "down") as client:
+        stopped = now(ct)
+        sh(ct, "systemctl stop sglang@cpu0.service")
+        # the outage as a client meets it: the router takes cpu0 out, requests fail
+        assert wait_until(lambda: left_at(client.read("watch"), url, stopped) and sum(
+            1 for sent, done, ok, _ in client.read("requests") if sent > stopped and not ok) >= 10,
+            timeout=120)
+        started = time.monotonic()
+        result = play(ct, **ROUTER, sglang_serve_instances=ONE)
+        FIGURES["converge_after_outage_seconds"] = round(time.monotonic() - started, 1)
+        exited = now(ct)
+        assert result.rc == 0, str(result)
+        assert wait_until(lambda: sum(1 for sent, *_ in client.read("requests")
+                                      if sent > exited) >= 30, timeout=300)
+    assert re.search(r"is ready: 1/1 workers healthy; a completion through the router in",
+                     " ".join(result.output.split())), result.output[-4000:]
+    requests, watch = client.read("requests"), client.read("watch")
+    own = own_health_at(ct, "cpu0", stopped)
+    assert own is not None, "cpu0 never answered its own /health after its start"
+    back = back_at(watch, url, own)
+    figures = {
+        "left_rotation_s": round(left_at(watch, url, stopped) - stopped, 2),
+        "back_after_own_health_s": round(back - own, 2) if back else None,
+        "failed_during": sum(1 for sent, done, ok, _ in requests
+                             if not ok and stopped <= sent < exited),
+        "failed_after_run": sum(1 for sent, done, ok, _ in requests if not ok and sent >= exited),
+        "sent_after_run": sum(1 for sent, *_ in requests if sent >= exited),
+        **client.summary(),
+    }
+    FIGURES["all_stopped"] = figures
+    assert figures["failed_after_run"] == 0, figures
+    assert figures["left_rotation_s"] <= 10, figures
+    assert back is not None and figures["back_after_own_health_s"] <= 10, figures
 
 
 def init_started(ct) -> str:
