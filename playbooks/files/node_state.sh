@@ -17,8 +17,10 @@ echo "## meminfo"; grep '^MemTotal:' /proc/meminfo
 echo "## gpus"; for dev in /dev/nvidia[0-9]*; do [ -e "$dev" ] && echo "${dev#/dev/}"; done
 echo "## addresses"; ip -o -4 addr show 2>/dev/null || true
 echo "## templates"; ls -1 "$templates" 2>/dev/null || true
-# GPU memory (NVML) and the weight bytes of the model folders the containers will serve, for the
-# fit check: one JSON line from node_fit.py, or the error that stopped it.
+# The GPUs (NVML: memory, compute capability, each pair's P2P status and common ancestor), the
+# PCIe fabric above them (IOMMU, the bridges' ACS) and the weight bytes of the model folders the
+# containers will serve, for the fit, SM120 and fabric checks: one JSON line from node_fit.py, or
+# the error that stopped it.
 if [ -n "$fit" ]; then
   echo "## fit"; "$python" -c "$fit" "$reader" "$@" 2>&1 | tail -n 5
 fi

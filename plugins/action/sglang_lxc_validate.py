@@ -18,6 +18,13 @@ What it checks:
 - whether each instance's model fits the memory it may use (``validate_fit``): the weights and
   the GPU memory come from the node read; called with ``plan: true`` first (before that read),
   it only returns the model folders each node should weigh (``folders``);
+- on a node whose GPUs report compute capability 12.x (SM120), the serving options with no SM120
+  path in the locked stack (``validate_sm120``, the table roles/sglang_serve/files/
+  sm120_refusals.yml);
+- the PCIe fabric of every tensor-parallel group (``validate_fabric``): P2P, common ancestor,
+  IOMMU and ACS, read on the node; a finding for each group, the fix with its cost where P2P is
+  at risk, and the NCCL environment chosen from it (``fabric_env``: host -> instance -> env,
+  which the play hands to the serve play as the fact ``__sglang_lxc_fabric_env``);
 - the controller: the SSH public key to install, the wheelhouse's free space, tools on PATH.
 
 The checks are plain functions in plugins/plugin_utils/validate_*.py, one module per concern
@@ -63,6 +70,9 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_declar
     role_specs,
     role_vars,
 )
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_fabric import (
+    fabric_findings,
+)
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_fit import (
     fit_problems,
     node_folders,
@@ -77,6 +87,9 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_servin
     play_level_problems,
     required_play_vars,
     serve_problems,
+)
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_sm120 import (
+    sm120_problems,
 )
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_stack import (
     stack_problems,
@@ -144,6 +157,7 @@ class ActionModule(ActionBase):
         warnings: list[str] = []
         states: dict[str, Any] = {}
         merged_by_node: dict[str, list] = {}
+        fabric_env: dict[str, dict] = {}
         ssh_hosts = False
 
         names_by_host: dict[str, list[str]] = {}
@@ -279,6 +293,15 @@ class ActionModule(ActionBase):
             problems += found
             warnings += warned
             notes += warned + [f"{host}: {line}" for line in noted]
+            fit = fits.get(ct["node"]) if ct else None
+            found, noted = sm120_problems(host, instances, values, ct, fit)
+            problems += found
+            notes += [f"{host}: {line}" for line in noted]
+            warned, noted, chosen = fabric_findings(host, instances, values, ct, fit)
+            warnings += warned
+            notes += [f"{host}: {line}" for line in noted]
+            if chosen:
+                fabric_env[host] = chosen
             problems += router_problems(host, values, instances)
             problems += drain_problems(host, values)
             problems += play_level_problems(host, values)
@@ -294,6 +317,7 @@ class ActionModule(ActionBase):
         )
         result["problems"] = problems
         result["notes"] = notes
+        result["fabric_env"] = fabric_env
         if warnings:
             result["warnings"] = warnings
         result["elapsed_s"] = round(time.monotonic() - started, 2)

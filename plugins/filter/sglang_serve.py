@@ -66,6 +66,7 @@ SETTINGS = (
     "allow_insecure_bind",
     *OVERRIDABLE,
     "env",
+    "fabric_env",
     "hf_offline",
     "cache_dir",
     "cuda_version",
@@ -484,6 +485,9 @@ def _environment(
     if settings.get("hf_offline", True):
         env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     for source, where in (
+        # what the validate play's reading of the node's PCIe fabric calls for (NCCL_P2P_DISABLE
+        # where ACS or the IOMMU redirects peer-to-peer traffic): the settings below win
+        ((settings.get("fabric_env") or {}).get(raw["name"], {}), "sglang_serve_fabric_env"),
         (settings.get("env") or {}, "sglang_serve_env"),
         (raw.get("env") or {}, f"{raw['__where']}.env"),
     ):

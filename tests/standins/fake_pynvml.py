@@ -18,6 +18,16 @@ Recording format::
                   "graphics_processes": [],
                   "errors": {"nvmlDeviceGetUtilizationRates": "NotSupported"}}]}
 
+The PCIe fabric (optional; without it the P2P and topology calls answer NotSupported)::
+
+    "fabric": {"topology": ["<nvidia-smi topo -m header>", "GPU0 X PIX NODE ...", ...],
+               "p2p_read": "OK" or [<nvidia-smi topo -p2p r lines>],
+               "p2p_write": "OK" or [<nvidia-smi topo -p2p w lines>], ...}
+
+answered by ``nvmlDeviceGetTopologyCommonAncestor`` (PIX 10, PXB 20, PHB 30, NODE 40, SYS 50) and
+``nvmlDeviceGetP2PStatus`` (OK 0, CNS 1, GNS 2, TNS 3, DR 4, NS 5, U 6), as NVML numbers them;
+GPUs by NVML index. Other keys of "fabric" are for the node's files (sysfs, lspci), not NVML.
+
 ``set_memory_used(index, bytes)`` and ``set_processes(index, [...])`` change the answers between
 calls (a drain that frees memory); ``calls`` records every call by name.
 """
@@ -73,6 +83,26 @@ for _name, (_code, _text) in _ERRORS.items():
 NVMLError_LibraryNotFound = _BY_CODE[12]
 NVMLError_DriverNotLoaded = _BY_CODE[9]
 NVMLError_NotSupported = _BY_CODE[3]
+
+
+# NVML's numbers for the words nvidia-smi topo prints (nvmlGpuTopologyLevel_t, nvmlGpuP2PStatus_t)
+TOPOLOGY_LEVELS = {"X": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50, "SOC": 50}
+P2P_STATUS = {"OK": 0, "CNS": 1, "GNS": 2, "TNS": 3, "DR": 4, "NS": 5, "U": 6}
+
+
+def topo_cell(lines, i, j):
+    """The word in row GPU<i>, column GPU<j> of nvidia-smi topo output lines."""
+    header = None
+    for line in lines:
+        words = line.replace("\x1b[4m", "").replace("\x1b[0m", "").split()
+        if not words:
+            continue
+        if header is None and words[0].startswith("GPU"):
+            header = [w for w in words if w.startswith("GPU") and w[3:].isdigit()]
+            continue
+        if header and words[0] == f"GPU{i}" and f"GPU{j}" in header:
+            return words[header.index(f"GPU{j}") + 1]
+    return None
 
 
 def load_recording(path):
@@ -193,6 +223,31 @@ class FakeNvml:
             SimpleNamespace(pid=p["pid"], usedGpuMemory=p.get("used_memory"))
             for p in dev.get(key, [])
         ]
+
+    # -- the PCIe fabric: P2P status and common ancestor of a pair of GPUs ---------------
+    NVML_P2P_CAPS_INDEX_READ = 0
+    NVML_P2P_CAPS_INDEX_WRITE = 1
+
+    def _fabric(self, fn):
+        self._check(fn)
+        fabric = self.recording.get("fabric")
+        if not fabric:
+            self._raise("NotSupported")
+        return fabric
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, handle1, handle2):
+        fabric = self._fabric("nvmlDeviceGetTopologyCommonAncestor")
+        word = topo_cell(fabric["topology"], handle1.index, handle2.index)
+        if word not in TOPOLOGY_LEVELS:
+            self._raise("NotSupported")
+        return TOPOLOGY_LEVELS[word]
+
+    def nvmlDeviceGetP2PStatus(self, handle1, handle2, index):
+        fabric = self._fabric("nvmlDeviceGetP2PStatus")
+        answer = fabric["p2p_read" if index == self.NVML_P2P_CAPS_INDEX_READ else "p2p_write"]
+        word = answer if isinstance(answer, str) else topo_cell(answer, handle1.index,
+                                                                  handle2.index)
+        return P2P_STATUS.get(word, P2P_STATUS["U"])
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         return self._procs(handle, "nvmlDeviceGetComputeRunningProcesses", "compute_processes")

@@ -313,3 +313,22 @@ def test_sleep_on_idle_is_an_argument():
     assert "--sleep-on-idle" in one["argv"]
     (two,) = expand(settings(sleep_on_idle=False), 1)
     assert "--sleep-on-idle" not in two["argv"]
+
+
+def test_the_fabric_env_of_a_group_is_applied_and_the_inventory_wins():
+    """What the validate play's fabric verdict chose for a TP group (NCCL_P2P_DISABLE=1 where
+    ACS redirects its peer-to-peer traffic) reaches that group only; the inventory's own env
+    (the role's, the instance's) wins over it."""
+    fabric = {"tp4": {"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "WARN"}}
+    tp4, small = expand(settings(
+        instances=[{"name": "tp4", "gpus": [0, 1, 2, 3]},
+                   {"name": "small", "gpus": [4], "env": {"NCCL_P2P_DISABLE": "0"}}],
+        fabric_env={**fabric, "small": {"NCCL_P2P_DISABLE": "1"}}), 8)
+    assert tp4["env"]["NCCL_P2P_DISABLE"] == "1" and tp4["env"]["NCCL_DEBUG"] == "WARN"
+    assert small["env"]["NCCL_P2P_DISABLE"] == "0"  # the instance's env wins
+    (alone,) = expand(settings(instances=[{"name": "tp4", "gpus": [0, 1, 2, 3]}],
+                               fabric_env=fabric, env={"NCCL_DEBUG": "INFO"}), 8)
+    assert alone["env"]["NCCL_DEBUG"] == "INFO"  # sglang_serve_env wins
+    (untouched,) = expand(settings(instances=[{"name": "other", "gpus": [0, 1]}],
+                                   fabric_env=fabric), 8)
+    assert "NCCL_P2P_DISABLE" not in untouched["env"]

@@ -38,6 +38,9 @@ READER = ROOT / "plugins/module_utils/sglang_load_progress.py"
 GB = 10**9
 GIB = 2**30
 RTX_PRO_6000 = 102_641_958_912  # NVML's memory.total of one RTX PRO 6000 Blackwell (97.9 GiB)
+# where node_fit.py reads /proc and /sys: nowhere (the fit tests record no fabric; the fabric
+# tests, test_validate_fabric.py, give it a recorded tree)
+NO_NODE_ROOT = "/nonexistent-node-root"
 
 
 def model(store: Path, name: str, size: int, shards: int = 4, index: bool = True) -> Path:
@@ -61,7 +64,8 @@ def model(store: Path, name: str, size: int, shards: int = 4, index: bool = True
 def node_read(folders: list[str], recording: str = "rtx_pro_6000_x8_training") -> dict:
     """node_fit.py as node_state.sh runs it, with the recorded NVML answers as pynvml."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests/standins/pynvml_recorded"),
-           "FAKE_PYNVML_RECORDING": str(RECORDINGS / f"{recording}.json")}
+           "FAKE_PYNVML_RECORDING": str(RECORDINGS / f"{recording}.json"),
+           "SGLANG_LXC_NODE_ROOT": NO_NODE_ROOT}
     proc = subprocess.run(
         [sys.executable, "-c", NODE_FIT.read_text(), READER.read_text(), *folders],
         capture_output=True, text=True, env=env, check=True, timeout=60,
@@ -210,7 +214,8 @@ def test_the_node_read_section_reaches_the_fit(tmp_path):
     """node_state.sh runs node_fit.py with the reader's text and the folders as arguments."""
     folder = model(tmp_path, "Kimi-K2.5", 547 * GB, shards=64)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests/standins/pynvml_recorded"),
-           "FAKE_PYNVML_RECORDING": str(RECORDINGS / "rtx_pro_6000_x8_training.json")}
+           "FAKE_PYNVML_RECORDING": str(RECORDINGS / "rtx_pro_6000_x8_training.json"),
+           "SGLANG_LXC_NODE_ROOT": NO_NODE_ROOT}
     out = subprocess.run(
         ["bash", str(ROOT / "playbooks/files/node_state.sh"), "/bin/false", str(tmp_path),
          str(tmp_path), sys.executable, NODE_FIT.read_text(), READER.read_text(), str(folder)],
@@ -272,7 +277,8 @@ def test_a_container_with_some_gpus_is_weighed_against_those_gpus(tmp_path):
     ct = container(store)
     ct["spec"]["gpus"] = [5, 4]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests/standins/pynvml_recorded"),
-           "FAKE_PYNVML_RECORDING": str(tmp_path / "mixed.json")}
+           "FAKE_PYNVML_RECORDING": str(tmp_path / "mixed.json"),
+           "SGLANG_LXC_NODE_ROOT": NO_NODE_ROOT}
     out = subprocess.run(
         [sys.executable, "-c", NODE_FIT.read_text(), READER.read_text(),
          *node_folders(instances, ct["spec"]["mounts"])],
