@@ -24,7 +24,7 @@ What it checks:
 - the PCIe fabric of every tensor-parallel group (``validate_fabric``): P2P, common ancestor,
   IOMMU and ACS, read on the node; a finding for each group, the fix with its cost where P2P is
   at risk, and the NCCL environment chosen from it (``fabric_env``: host -> instance -> env,
-  which the play hands to the serve play as the fact ``__sglang_lxc_fabric_env``);
+  which the serve play reads from this task's registered result, ``__validate``);
 - the controller: the SSH public key to install, the wheelhouse's free space, tools on PATH.
 
 The checks are plain functions in plugins/plugin_utils/validate_*.py, one module per concern

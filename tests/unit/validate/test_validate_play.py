@@ -56,7 +56,8 @@ def node_state(recording: Path, tmp_path: Path) -> str:
     return KPRO6 + "## fit\n" + "\n".join(fit) + "\n"
 
 
-def validate(tmp_path: Path, recording: str, **extra) -> tuple[subprocess.CompletedProcess, str]:
+def validate(tmp_path: Path, recording: str, playbook: str = "playbooks/validate.yml",
+             **extra) -> tuple[subprocess.CompletedProcess, str]:
     """(the play's run, the checklist it wrote)."""
     state = node_state(RECORDINGS / f"{recording}.json", tmp_path)
     extra_vars = {"__validate_node_state": {"stdout": state, "rc": 0, "changed": False},
@@ -66,7 +67,7 @@ def validate(tmp_path: Path, recording: str, **extra) -> tuple[subprocess.Comple
            "SGLANG_LXC_ARTIFACTS": str(tmp_path / "artifacts"),
            "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")])}
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", "inventory/example", "playbooks/validate.yml",
+        [str(VENV_BIN / "ansible-playbook"), "-i", "inventory/example", playbook,
          "--limit", "ct200", "-e", json.dumps(extra_vars)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     todo = tmp_path / "artifacts/latest/todo.md"
@@ -115,3 +116,24 @@ def test_every_refusal_row_and_the_acs_verdict_on_inventory_example(tmp_path):
     for name in ("kimi-a", "kimi-b", "kimi-c", "kimi-d"):
         assert f"ct200: {name}: 2 GPUs, P2P read/write OK, PIX, IOMMU off, ACS redirect on 2 " \
                "bridge(s)" in out
+
+
+def test_the_nccl_environment_the_fabric_calls_for_reaches_the_serve_play(tmp_path):
+    """The ACS-on box as shipped: a warning, not a refusal, and the TP-8 group's NCCL
+    environment is what serve.yml hands the role as sglang_serve_fabric_env (its own expression,
+    read from serve.yml, evaluated in a play after the validate play of the same run)."""
+    serve = yaml.safe_load((ROOT / "playbooks/serve.yml").read_text())
+    expression = serve[0]["roles"][0]["vars"]["sglang_serve_fabric_env"]
+    playbook = tmp_path / "validate_then_serve_vars.yml"
+    playbook.write_text(yaml.safe_dump([
+        {"ansible.builtin.import_playbook": str(ROOT / "playbooks/validate.yml")},
+        {"name": "What the serve play would pass", "hosts": "sglang_servers",
+         "gather_facts": False,
+         "tasks": [{"name": "Show sglang_serve_fabric_env", "ansible.builtin.debug": {
+             "msg": "FABRIC_ENV=" + expression.replace("{{", "{{ (").replace(
+                 "}}", ") | to_json }}")}}]},
+    ]))
+    proc, _todo = validate(tmp_path, "rtx_pro_6000_x8_asus_acs_on", playbook=str(playbook))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    shown, _end = json.JSONDecoder().raw_decode(proc.stdout.split("FABRIC_ENV=", 1)[1])
+    assert shown == {"kimi-tp8": {"NCCL_P2P_DISABLE": "1"}}
