@@ -92,10 +92,9 @@ def node_folders(instances: Sequence[Mapping[str, Any]], mounts: Any) -> list[st
     return found
 
 
-def _gpu_memory(spec_gpus: Any, gpus: Sequence[Mapping[str, Any]]) -> list[int | None]:
-    """Memory of the container's GPU 0, 1, ... from the node's NVML read: the container sees the
-    node GPUs its spec lists (all of them for ``all``) in minor-number order."""
-    by_minor = {int(g["minor"]): int(g["total"]) for g in gpus if "minor" in g and "total" in g}
+def container_view(spec_gpus: Any, by_minor: Mapping[int, Any]) -> list[Any]:
+    """The container's GPU 0, 1, ... as values of the node's GPUs by minor number: the container
+    sees the node GPUs its spec lists (all of them for ``all``) in minor-number order."""
     if isinstance(spec_gpus, list):
         try:
             minors = sorted(int(g) for g in spec_gpus)
@@ -104,6 +103,12 @@ def _gpu_memory(spec_gpus: Any, gpus: Sequence[Mapping[str, Any]]) -> list[int |
     else:
         minors = sorted(by_minor)
     return [by_minor.get(m) for m in minors]
+
+
+def _gpu_memory(spec_gpus: Any, gpus: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Memory of the container's GPU 0, 1, ... from the node's NVML read."""
+    totals = {int(g["minor"]): int(g["total"]) for g in gpus if "minor" in g and "total" in g}
+    return container_view(spec_gpus, totals)
 
 
 def mem_fraction(instance: Mapping[str, Any], gpu_bytes: int) -> tuple[float, str]:

@@ -27,6 +27,7 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_declared import (
     ROLES_DIR,
 )
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_fit import container_view
 
 TABLE = ROLES_DIR / "sglang_serve" / "files" / "sm120_refusals.yml"
 # The flags that set each kind, and the attention phases each flag sets.
@@ -117,14 +118,7 @@ def compute_caps(spec_gpus: Any, node_gpus: Sequence[Mapping[str, Any]],
             by_minor[int(gpu["minor"])] = (int(cap[0]), int(cap[1]))
         elif "minor" in gpu:
             by_minor[int(gpu["minor"])] = None
-    if isinstance(spec_gpus, list):
-        try:
-            minors = sorted(int(g) for g in spec_gpus)
-        except (TypeError, ValueError):
-            return []
-    else:
-        minors = sorted(by_minor)
-    seen = [by_minor.get(m) for m in minors]
+    seen = container_view(spec_gpus, by_minor)
     return [seen[g] if 0 <= g < len(seen) else None for g in instance_gpus]
 
 

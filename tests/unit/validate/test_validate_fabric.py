@@ -29,6 +29,7 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_servin
     serve_problems,
 )
 
+from tests.example_kimi import CT, SERVE
 from tests.loaders import ROOT, load_file
 
 recorded_node = load_file("recorded_node", ROOT / "tests/standins/recorded_node.py")
@@ -38,16 +39,6 @@ NODE_FIT = ROOT / "playbooks/files/node_fit.py"
 READER = ROOT / "plugins/module_utils/sglang_load_progress.py"
 P2P_OK = RECORDINGS / "rtx_pro_6000_x8_asus_p2p_ok.json"
 ACS_ON = RECORDINGS / "rtx_pro_6000_x8_asus_acs_on.json"
-SERVE = {
-    "sglang_serve_enabled": True,
-    "sglang_serve_model_store": "/srv/models",
-    "sglang_serve_model_path": "Kimi-K2.5",
-    "sglang_serve_port_base": 30000,
-    "sglang_serve_host": "127.0.0.1",
-    "sglang_serve_instances": [{"name": "kimi-tp8", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}],
-    "sglang_serve_gpus": [],
-}
-CT = {"node": "kpro6", "spec": {"name": "ct200", "gpus": "all"}}
 ACS_BRIDGES = ("0000:00:01.1, 0000:02:03.0, 0000:02:04.0, 0000:70:01.1, 0000:72:02.0, "
                "0000:72:03.0, 0000:80:01.1, 0000:82:01.0, 0000:82:02.0, 0000:f0:01.1, "
                "0000:f2:01.0, 0000:f2:02.0")

@@ -26,22 +26,13 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_sm120 
     sm120_problems,
 )
 
+from tests.example_kimi import CT, SERVE
 from tests.loaders import ROOT, load_file
 
 RECORDINGS = ROOT / "tests/unit/gpu/recordings"
 NODE_FIT = ROOT / "playbooks/files/node_fit.py"
 READER = ROOT / "plugins/module_utils/sglang_load_progress.py"
 TABLE = load_table()
-SERVE = {
-    "sglang_serve_enabled": True,
-    "sglang_serve_model_store": "/srv/models",
-    "sglang_serve_model_path": "Kimi-K2.5",
-    "sglang_serve_port_base": 30000,
-    "sglang_serve_host": "127.0.0.1",
-    "sglang_serve_instances": [{"name": "kimi-tp8", "gpus": [0, 1, 2, 3, 4, 5, 6, 7]}],
-    "sglang_serve_gpus": [],
-}
-CT = {"node": "kpro6", "spec": {"name": "ct200", "gpus": "all"}}
 
 
 def node_read(recording: str) -> dict:
