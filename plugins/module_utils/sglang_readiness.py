@@ -6,7 +6,9 @@ bare on the target (plugins/plugin_utils/remote_python.py) and the module the sa
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,8 +31,33 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_unit_pro
 
 TERMINAL_BAD = ("crashed", "hung")
 
+# One update of a tqdm bar as journald keeps it: "<desc>: 35%|..." (tqdm's own format) or
+# "<desc>:  35% Completed | 14/40 [...]" (SGLang's bar_format, srt/model_loader/weight_utils.py).
+# journald holds the updates (tqdm ends them with \r) until a newline or the stream's end, so a
+# load killed mid-way leaves one line per update after systemd's own exit lines.
+PROGRESS_BAR = re.compile(r"^(?P<desc>.*?):\s+\d{1,3}%(?:\s*Completed)?\s*\|")
+
 
 # --------------------------------------------------------------------------- pure logic
+def quoted_tail(lines: list[str], count: int) -> list[str]:
+    """The last ``count`` lines to quote, each run of one progress bar's updates cut to its
+    last update after a line saying how many were left out: forty shards' updates would
+    otherwise push SGLang's own lines out of the quote."""
+
+    def bar(indexed: tuple[int, str]) -> str | int:
+        match = PROGRESS_BAR.match(indexed[1].strip())
+        return match.group("desc") if match else -indexed[0] - 1  # a line of its own
+
+    kept: list[str] = []
+    for _, run in itertools.groupby(enumerate(lines), key=bar):
+        run_lines = [line for _, line in run]
+        if len(run_lines) > 1:
+            left = len(run_lines) - 1
+            kept.append(f"({left} earlier update{'s' if left > 1 else ''} of this bar left out)")
+        kept.append(run_lines[-1])
+    return kept[-count:] if count > 0 else []
+
+
 def progress_signature(obs: dict[str, Any]) -> list[Any]:
     """The observations whose change counts as progress."""
     memory = obs.get("memory_mib")
@@ -331,7 +358,7 @@ def run_round(params: dict[str, Any]) -> dict[str, Any]:
         if record["state"] in TERMINAL_BAD and "log_tail" not in record:
             # the known failures are matched over more lines than the message quotes
             tail = journal_tail(instance["unit"], max(int(params["log_lines"]), MATCH_LINES))
-            record["log_tail"] = tail[-int(params["log_lines"]):] if params["log_lines"] else []
+            record["log_tail"] = quoted_tail(tail, int(params["log_lines"]))
             record["known_failures"] = explain(tail, instance)
         row["log_tail"] = record.get("log_tail", [])
         row["known_failures"] = record.get("known_failures", [])

@@ -735,3 +735,47 @@ def test_instances_that_resolved_differently_each_get_their_phrase():
         "gpu0, gpu1: attention flashinfer, moe auto, quantization fp8",
         "kimi: attention triton, moe auto, quantization from the checkpoint",
     ]
+
+
+def test_a_quoted_tail_keeps_one_update_of_each_progress_bar():
+    """The 20 journal lines of an instance killed mid-load (recorded in the lab's CI): fifteen
+    updates of SGLang's shard bar. The quote keeps the last update after a line saying how many
+    were left out, and so has room for the lines before them."""
+    killed = (Path(__file__).parent / "recordings" / "journal_killed_mid_load.log").read_text()
+    killed = killed.splitlines()
+    earlier = [
+        "Load weight begin. avail mem=20.00 GB",
+        "Using model weights format ['*.safetensors']",
+    ]
+    quoted = readiness.quoted_tail(earlier + killed, 20)
+    assert quoted == [
+        *earlier,
+        *killed[:4],  # systemd's exit lines, then the blank line journald ended the stream with
+        "(14 earlier updates of this bar left out)",
+        "Multi-thread loading shards:  35% Completed | 14/40 [00:53<01:08,  2.63s/it]",
+        "sglang@cpu0.service: Failed with result 'signal'.",
+    ]
+    assert readiness.quoted_tail(earlier + killed, 3) == quoted[-3:]
+    assert readiness.quoted_tail(killed, 0) == []
+
+
+def test_only_a_run_of_one_bar_is_cut():
+    """Two bars one after the other (tqdm's own format and SGLang's) each keep their last update;
+    a bar's single update and lines that only look alike stay as they are."""
+    lines = [
+        "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00it/s]",
+        "Loading safetensors checkpoint shards: 100% Completed | 2/2 [00:02<00:00,  1.00it/s]",
+        "Capturing batches (bs=4):  10%|█         | 1/10 [00:01<00:09]",
+        "Capturing batches (bs=4):  20%|██        | 2/10 [00:02<00:08]",
+        "Capturing batches (bs=4):  30%|███       | 3/10 [00:03<00:07]",
+        "Prefill batch: 100% of the budget used",
+        "Prefill batch: 100% of the budget used",
+        "Decode:  50% Completed | 1/2",
+    ]
+    assert readiness.quoted_tail(lines, 20) == [
+        "(1 earlier update of this bar left out)",
+        lines[1],
+        "(2 earlier updates of this bar left out)",
+        lines[4],
+        *lines[5:],
+    ]
