@@ -155,7 +155,7 @@ def main() -> None:
                 ct.destroy()
                 write_inventory(ct)
                 if args.serve:
-                    from sglang_lxc import lab_model
+                    from ansible_collections.sglang_lxc.serving.runner import lab_model
 
                     lab_model.make(lab_root() / "data" / name / "models" / "tiny-llama")
                 start = time.monotonic()

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+RUNNER = "ansible_collections.sglang_lxc.serving.runner"
+
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = {
     # a module that runs on the host (forks a Python interpreter per task), like most real tasks
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         kinds: dict[str, tuple[list[str], dict[str, str]]] = {
             "ansible-playbook": (ansible_playbook, off),
             "ansible-playbook+todo": (ansible_playbook, on),
-            "sglang-lxc run": ([sys.executable, "-m", "sglang_lxc.cli", "run", "-i",
+            "sglang-lxc run": ([sys.executable, "-m", f"{RUNNER}.cli", "run", "-i",
                                 str(inventory), str(playbook), "--artifacts",
                                 str(where / "artifacts"), "--view", "plain"], {}),
         }

@@ -1,4 +1,4 @@
-"""Exception hierarchy of the sglang_lxc package."""
+"""Exception hierarchy of the runner (ansible_collections.sglang_lxc.serving.runner)."""
 
 
 class SglangLxcError(Exception):

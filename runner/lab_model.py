@@ -4,7 +4,9 @@ Made from this code alone, nothing downloaded, the same bytes on every machine: 
 tokenizer of 512 tokens trained by ``tokenizers`` on a fixed text, and random bf16 weights from a
 seeded ``numpy`` generator, written by ``safetensors`` in two shards with their index.
 
-    python -m sglang_lxc.lab_model DEST   # writes DEST/ (config.json, tokenizer.json, shards...)
+    python -m ansible_collections.sglang_lxc.serving.runner.lab_model DEST
+
+writes DEST/ (config.json, tokenizer.json, shards...).
 
 The weights mean nothing (the answers are nonsense text); what is real is every file SGLang and
 transformers read: config.json (LlamaForCausalLM, hidden 64, 2 layers), generation_config.json,
@@ -224,7 +226,7 @@ def make(dest: Path, dims: Dims = TINY) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m sglang_lxc.lab_model",
+        prog="python -m ansible_collections.sglang_lxc.serving.runner.lab_model",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -3,7 +3,8 @@
 ``plan_plays`` reads plays ansible has loaded: the todo callback calls it at playbook start
 with ansible-playbook's own plays, inventory (``--limit`` applied), variables (``-e``) and
 ``--tags``, so nothing is parsed twice. ``plan_playbook`` loads a playbook as
-``ansible-playbook --list-hosts`` does, for ``python -m sglang_lxc.planner PLAYBOOK -i INV``
+``ansible-playbook --list-hosts`` does, for
+``python -m ansible_collections.sglang_lxc.serving.runner.planner PLAYBOOK -i INV``
 (a child process: ansible keeps process-wide state that can be set up only once).
 The result is a ``Plan``: per play its name, its hosts, ``todo_priority``, ``todo_content``
 rendered per host, and its tasks (file:line, after ``--tags``). Plays that target hosts
@@ -297,7 +298,7 @@ def start_subprocess(
     extra_args: Sequence[str],
     env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "sglang_lxc.planner", playbook]
+    argv = [sys.executable, "-m", "ansible_collections.sglang_lxc.serving.runner.planner", playbook]
     for inv in inventories:
         argv += ["-i", inv]
     argv += ["--ansible-args", json.dumps(planner_args(extra_args))]
@@ -330,8 +331,9 @@ def finish_subprocess(proc: subprocess.Popen[str], timeout: float = 300) -> Plan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sglang_lxc.planner PLAYBOOK -i INV --ansible-args '["--limit", "x"]'``."""
-    parser = argparse.ArgumentParser(prog="python -m sglang_lxc.planner")
+    """``python -m ansible_collections.sglang_lxc.serving.runner.planner PLAYBOOK -i INV
+    --ansible-args '["--limit", "x"]'``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {__spec__.name}")
     parser.add_argument("playbook")
     parser.add_argument("-i", "--inventory", action="append", default=[])
     parser.add_argument("--ansible-args", default="[]", help="ansible-playbook options (JSON list)")

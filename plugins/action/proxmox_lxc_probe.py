@@ -20,7 +20,13 @@ import shlex
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.sglang_lxc.serving.plugins.filter import proxmox_lxc as _lxc
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_spec as _spec
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import pct_config as _pct
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.lxc_gpu_passthrough import (
+    nvidia_gpu_indexes,
+    nvidia_owned_lines,
+    nvidia_passthrough,
+)
 
 MARK = "## "
 # What one pct exec asks a running container (one line per answer).
@@ -140,7 +146,7 @@ def node_facts(sections: dict[str, str]) -> dict:
     return {
         "devices": sections.get("devices", ""),
         "nodes": nodes,
-        "gpu_indexes": _lxc.nvidia_gpu_indexes(nodes),
+        "gpu_indexes": nvidia_gpu_indexes(nodes),
         "templates": [t for t in sections.get("templates", "").splitlines() if t.strip()],
         "paths": paths,
     }
@@ -214,15 +220,15 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
     """Drift per concern for one merged container spec, and the problems found."""
     vmid = str(int(ct["vmid"]))
     exists = f"config {vmid}" in sections
-    config = _lxc.pve_conf_parse(sections.get(f"config {vmid}", ""))
+    config = _pct.pve_conf_parse(sections.get(f"config {vmid}", ""))
     inside = parse_inside(sections.get(f"inside {vmid}", ""))
     cloning = ct.get("clone_from") is not None and (not exists or ct["name"] in recreate)
     src = f"config {int(ct['clone_from'])}" if cloning else ""
-    source = _lxc.pve_conf_parse(sections[src]) if src in sections else None
+    source = _pct.pve_conf_parse(sections[src]) if src in sections else None
     problems = _node_problems(ct, exists, config, node, host, template_dir, recreate, source)
     gpus = ct.get("gpus") if node["gpu_indexes"] else "none"
     try:
-        want_lines = _lxc.nvidia_passthrough(node["devices"], node["nodes"], gpus)
+        want_lines = nvidia_passthrough(node["devices"], node["nodes"], gpus)
     except ValueError:
         want_lines = []  # reported above as a problem
     drift: list[str] = []
@@ -242,10 +248,10 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
     set_args: list[str] = []
     have_lines = [f"{k}: {v}" for k, v in config.get("lxc", [])]
     if exists:
-        set_args = _lxc.pct_set_args(ct, config)
+        set_args = _pct.pct_set_args(ct, config)
         if set_args:
             drift.append("config")
-        owned = _lxc.nvidia_owned_lines(config, node["devices"])
+        owned = nvidia_owned_lines(config, node["devices"])
         if [x for x in owned if x not in want_lines] or [x for x in want_lines
                                                          if x not in have_lines]:
             drift.append("passthrough")
@@ -283,8 +289,8 @@ def plan_container(ct: dict, sections: dict[str, str], node: dict, host: str,
 
 def spec_errors(containers: list, defaults: dict, host: str, memory_floor,
                 boot_timeout, shutdown_timeout) -> tuple[list[dict], list[str]]:
-    merged = _lxc.lxc_with_defaults(containers, defaults)
-    errors = _lxc.lxc_container_errors(merged, host, int(memory_floor))
+    merged = _spec.lxc_with_defaults(containers, defaults)
+    errors = _spec.lxc_container_errors(merged, host, int(memory_floor))
     try:
         timeouts_ok = int(boot_timeout) > 0 and int(shutdown_timeout) > 0
     except (TypeError, ValueError):

@@ -6,8 +6,8 @@ On the controller: the source tree's identity (git tree id of the subdir, or a c
 the folder). On the target, through the ``sglang_kernel_probe`` and ``sglang_build_resources``
 modules: nvcc, the venv's Python/torch/installed version, the stamp of the installed build, the
 source tree the target holds, CPUs and memory. From these: the build inputs (the stamp's
-content), whether they differ from the stamp, the job cap (plugins/filter/build_caps.py) and the
-build's environment. Read-only, so it runs in check mode as well.
+content), whether they differ from the stamp, the job cap (plugins/plugin_utils/build_caps.py)
+and the build's environment. Read-only, so it runs in check mode as well.
 
 The pure functions below are unit-tested in tests/unit/sglang/test_kernel_plan.py.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.sglang_lxc.serving.plugins.filter import build_caps as _caps
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import build_caps as _caps
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.action_args import task_args
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.source_tree import (
     folder_tree_id,

@@ -38,7 +38,7 @@ from pathlib import Path
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.sglang_lxc.serving.plugins.filter import git_rewrites as _git
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import git_rewrites as _git
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_archs as _archs
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cache as _cache
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cmake as _cmake

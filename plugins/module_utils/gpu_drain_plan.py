@@ -4,7 +4,7 @@
 
 Pure logic for the ``gpu_drain_stop`` module: no Ansible, no systemd, no signals here; the
 module passes in what it read from systemctl and /proc. (Whether the memory came back is
-judged on the controller: plugins/filter/gpu_drain.py.)
+judged on the controller: plugins/plugin_utils/gpu_drain.py.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The wheelhouse role's logic run on the hosts (module wheelhouse_files): which wheels a folder
 lacks, compared by name and size, its free space and whether it is read-only (the node cache's
-mount). The controller-side logic (fingerprint, command lines) is in plugins/filter/wheelhouse.py.
+mount). The controller-side logic (fingerprint, command lines) is in
+plugins/plugin_utils/wheelhouse.py.
 Unit-tested in tests/unit/faults/test_wheelhouse_logic.py."""
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def serve_targets(
 ) -> list[dict[str, Any]]:
     """One entry per resolved sglang_serve instance that exports /metrics (on its own port).
 
-    ``instances``: ``__sglang_serve_instances`` (plugins/filter/sglang_serve.py): ``name``,
-    ``unit``, ``port``, ``host`` (the bind address; ``probe_host`` when it is missing),
+    ``instances``: ``__sglang_serve_instances`` (plugins/plugin_utils/serve_instances.py):
+    ``name``, ``unit``, ``port``, ``host`` (the bind address; ``probe_host`` when it is missing),
     ``served_model_name``, and ``enable_metrics`` or ``argv``.
     """
     entries = []

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang_lxc.serving.plugins.filter.proxmox_lxc import (
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.lxc_spec import (
     describe,  # re-exported: one home for how a value is shown with its type
     short_repr,
 )

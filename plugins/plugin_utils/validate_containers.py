@@ -12,7 +12,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sglang_lxc.serving.plugins.filter import proxmox_lxc as lxc
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_spec
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.pct_config import (
+    pve_conf_parse,
+    split_props,
+)
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common import (
     describe,
     nested_problems,
@@ -67,12 +71,12 @@ def parse_node_state(text: str) -> dict[str, Any]:
         m = re.fullmatch(r"config (\d+)", title)
         if not m:
             continue
-        conf = lxc.pve_conf_parse("\n".join(lines))["options"]
+        conf = pve_conf_parse("\n".join(lines))["options"]
         entry = state["containers"].setdefault(int(m.group(1)), {"name": "", "ip": None})
         entry["name"] = conf.get("hostname", entry["name"])
         if conf.get("template") == "1":
             entry["template"] = True
-        net = lxc._props(conf.get("net0", ""))
+        net = split_props(conf.get("net0", ""))
         ip = net.get("ip", "")
         entry["ip"] = ip.split("/")[0] if ip and ip != "dhcp" else None
     return state
@@ -129,10 +133,10 @@ def container_problems(
             if not p.startswith(f"{node}: proxmox_lxc_container_defaults.name:")
             and not p.startswith(f"{node}: proxmox_lxc_container_defaults.vmid:")
         ]
-    merged = list(lxc.lxc_with_defaults([c for c in containers if isinstance(c, Mapping)],
-                                        defaults))
+    merged = list(lxc_spec.lxc_with_defaults([c for c in containers if isinstance(c, Mapping)],
+                                             defaults))
     floor = memory_floor if isinstance(memory_floor, int) else 512
-    out += [f"{node}: {e}" for e in lxc.lxc_container_errors(merged, node, floor)]
+    out += [f"{node}: {e}" for e in lxc_spec.lxc_container_errors(merged, node, floor)]
     if state:
         out += _live_problems(node, merged, state, recreate)
     return out, merged
@@ -348,7 +352,7 @@ def cross_node_problems(
     """vmids, names, addresses used twice across nodes; recreate names not in the inventory."""
     if len(nodes) < 2 and not recreate:
         return []
-    errors = lxc.lxc_container_errors(containers, "all nodes", 0, list(recreate))
+    errors = lxc_spec.lxc_container_errors(containers, "all nodes", 0, list(recreate))
     if len(nodes) < 2:  # duplicates within one node are reported with that node
         errors = [e for e in errors if e.startswith("proxmox_lxc_recreate")]
     return [

@@ -1,10 +1,11 @@
 """The serving container's own inputs: the instances as sglang_serve will expand them, the
 play-level paths and GPU count, and the drain settings.
 
-The instances' checks are the sglang_serve filter's own, so the role and this pass refuse the
-same things; among them the CPU serving mode's (sglang_serve_device: cpu): GPU indexes on a CPU
-instance, a GPU-only attention backend on one, and the libcuda stub on a GPU instance's
-LD_LIBRARY_PATH or LD_PRELOAD (it would hide the driver).
+The instances' checks are the sglang_serve role's own (plugin_utils/serve_instances.py), so the
+role and this pass refuse the same things; among them the CPU serving mode's
+(sglang_serve_device: cpu): GPU indexes on a CPU instance, a GPU-only attention backend on one,
+and the libcuda stub on a GPU instance's LD_LIBRARY_PATH or LD_PRELOAD (it would hide the
+driver).
 
 Part of the validation pass (action ``sglang_lxc_validate``); unit-tested in tests/unit/validate.
 """
@@ -15,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.sglang_lxc.serving.plugins.filter import sglang_serve as serve
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import serve_instances as serve
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common import (
     PLAY_LEVEL_VARS,
     UNSET,
@@ -25,7 +26,7 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common
     truthy,
 )
 
-# The settings the sglang_serve filter reads: its own list, so the two never drift.
+# The settings the sglang_serve expansion reads: its own list, so the two never drift.
 SERVE_SETTINGS = serve.SETTINGS
 
 

@@ -1,4 +1,5 @@
-"""Helpers for the GPU suite: the project's own logic, loaded by path, and GPU memory holders."""
+"""Helpers for the GPU suite: the project's own logic (imported, or loaded by path) and GPU
+memory holders."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import gpu_preflight  # noqa: F401  (for the tests)
+
 from tests.loaders import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 gpu_nvml = load_file("gpu_nvml", ROOT / "plugins/module_utils/gpu_nvml.py")
-gpu_preflight = load_file("gpu_preflight", ROOT / "plugins/filter/gpu_preflight.py")
 
 # A process that holds GPU memory the way a trainer does: allocate, say so, then wait.
 HOLDER = r"""

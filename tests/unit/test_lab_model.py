@@ -13,7 +13,7 @@ import math
 import jinja2
 import safetensors  # the `lab` extra (pyproject.toml), which scripts/bootstrap installs
 import tokenizers
-from sglang_lxc import lab_model
+from ansible_collections.sglang_lxc.serving.runner import lab_model
 
 
 def digests(folder):

@@ -28,10 +28,10 @@ import yaml
 from ansible_collections.sglang_lxc.serving.plugins.module_utils.sglang_readiness import (
     ARGUMENT_SPEC as READINESS_ARGS,
 )
-from sglang_lxc import lab_model
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import serve_instances
+from ansible_collections.sglang_lxc.serving.runner import lab_model
 
 from tests.lablib import REPO, ansible_playbook, lab_root, pct
-from tests.loaders import load_file
 
 pytestmark = pytest.mark.lab
 
@@ -162,8 +162,8 @@ def test_triton_launcher_builds_with_python_h_cc_and_libcuda(ct):
 
 def serve_settings(inventory: str) -> dict:
     """The role's defaults overlaid with an inventory's sglang_serve_* values (no templating),
-    only the settings the filter expands (its SETTINGS), as the role passes them."""
-    known = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py").SETTINGS
+    only the settings the role expands (serve_instances.SETTINGS), as the role passes them."""
+    known = serve_instances.SETTINGS
     defaults = yaml.safe_load((REPO / "roles/sglang_serve/defaults/main.yml").read_text())
     inventory_file = REPO / f"inventory/{inventory}/group_vars/sglang_servers/serve.yml"
     values = yaml.safe_load(inventory_file.read_text())
@@ -178,11 +178,12 @@ def serve_settings(inventory: str) -> dict:
 
 
 def generated_command_lines() -> list[list[str]]:
-    serve = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py")
     lines = []
     for inventory, gpus in (("lab", 1), ("example", 8)):
         for has_key in (False, True):
-            for instance in serve.sglang_serve_instances(serve_settings(inventory), gpus, has_key):
+            for instance in serve_instances.sglang_serve_instances(
+                serve_settings(inventory), gpus, has_key
+            ):
                 if instance["argv"] not in lines:
                     lines.append(instance["argv"])
     return lines
@@ -217,9 +218,8 @@ def test_sglangs_argument_parser_accepts_every_generated_command_line(ct, tmp_pa
 def test_second_instance_reuses_the_warmed_jit_cache(ct):
     """The role's warm-up builds into the cache every instance's environment points at; a second
     process of the service user (the next instance) finds the module built and compiles nothing."""
-    serve = load_file("sglang_serve_filter", REPO / "plugins/filter/sglang_serve.py")
     settings = {**serve_settings("lab"), "cache_dir": CACHE, "cuda_version": "13.0"}
-    first, second = serve.sglang_serve_instances(settings, 2)
+    first, second = serve_instances.sglang_serve_instances(settings, 2)
     assert first["env"]["FLASHINFER_WORKSPACE_BASE"] == second["env"]["FLASHINFER_WORKSPACE_BASE"]
     warmup = REPO / "roles/sglang_serve/files/sglang-jit-warmup.py"
     pct("push", str(VMID), str(warmup), "/opt/jit-test/sglang-jit-warmup.py")

@@ -72,7 +72,7 @@ def test_lab_up_status_down(isolated):
 
 
 def test_missing_prerequisites_are_named(monkeypatch):
-    from sglang_lxc import lab
+    from ansible_collections.sglang_lxc.serving.runner import lab
 
     monkeypatch.setattr(lab.shutil, "which", lambda cmd: None if cmd == "debootstrap" else "/x")
     problems = lab.missing_prerequisites()
@@ -80,7 +80,7 @@ def test_missing_prerequisites_are_named(monkeypatch):
 
 
 def test_cli_reports_missing_prerequisites(monkeypatch, capsys):
-    from sglang_lxc import cli, lab
+    from ansible_collections.sglang_lxc.serving.runner import cli, lab
 
     monkeypatch.setattr(lab.shutil, "which", lambda cmd: None if cmd.startswith("lxc") else "/x")
     assert cli.main(["lab", "up"]) == 1  # ExitCode.ERROR: the run could not start

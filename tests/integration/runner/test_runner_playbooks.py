@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 PLAYBOOKS = Path(__file__).parent / "playbooks"
+CLI = "ansible_collections.sglang_lxc.serving.runner.cli"  # what the sglang-lxc command runs
 INVENTORY = PLAYBOOKS / "inventory.yml"
 SECRET = "sk-TOPSECRET-4f1c9e"  # api_key in playbooks/secret.yml
 
@@ -33,7 +34,7 @@ class Run:
 
 
 def command(tmp_path: Path, playbook: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "sglang_lxc.cli", "run", "-i", str(INVENTORY),
+    return [sys.executable, "-m", CLI, "run", "-i", str(INVENTORY),
             str(PLAYBOOKS / playbook), "--artifacts", str(tmp_path / "artifacts"), *extra]
 
 
@@ -55,7 +56,7 @@ def run(tmp_path: Path, playbook: str, *extra: str) -> Run:
 
 def status(tmp_path: Path, *extra: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sglang_lxc.cli", "status", "--artifacts",
+        [sys.executable, "-m", CLI, "status", "--artifacts",
          str(tmp_path / "artifacts"), *extra],
         capture_output=True, text=True, timeout=60,
         env={**environment(), "COLUMNS": str(columns)},

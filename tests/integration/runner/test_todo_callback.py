@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runner.test_runner_playbooks import (
+    CLI,
     INVENTORY,
     PLAYBOOKS,
     environment,
@@ -135,7 +136,7 @@ def test_repeated_and_inline_inventories(tmp_path):
 def test_inline_host_list_alone(tmp_path):
     dest = tmp_path / "out.txt"
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_lxc.cli", "run", str(PLAYBOOKS / "compat.yml"),
+        [sys.executable, "-m", CLI, "run", str(PLAYBOOKS / "compat.yml"),
          "-i", "localhost,", "-c", "local", "-e", f"compat_dest={dest}",
          "-e", "ansible_python_interpreter=" + sys.executable,
          "--artifacts", str(tmp_path / "artifacts")],
@@ -167,7 +168,7 @@ def test_tags_extra_vars_file_check_and_diff(tmp_path):
 
 def test_step_is_refused_with_a_reason(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_lxc.cli", "run", "-i", str(INVENTORY),
+        [sys.executable, "-m", CLI, "run", "-i", str(INVENTORY),
          str(PLAYBOOKS / "all_ok.yml"), "--step", "--artifacts", str(tmp_path / "artifacts")],
         env=environment(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 64, proc.stderr
@@ -200,7 +201,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 def test_a_signal_ends_the_whole_process_tree(tmp_path, sig):
     marker = f"86{os.getpid() % 1000:03d}{int(sig)}"  # sleep 86xxx1 / 86xxx2: unique to us
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_lxc.cli", "run", "-i", str(INVENTORY),
+        [sys.executable, "-m", CLI, "run", "-i", str(INVENTORY),
          str(PLAYBOOKS / "tree.yml"), "-e", f"tree_marker={marker}",
          "--artifacts", str(tmp_path / "artifacts")],
         cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -97,7 +97,7 @@ def instances(**per_instance) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ct(lab_clone):
-    from sglang_lxc import lab_model
+    from ansible_collections.sglang_lxc.serving.runner import lab_model
 
     container = lab_clone(VMID)  # first: a container's making clears its data folder
     store = lab_root() / "data" / f"ct{VMID}" / "models"

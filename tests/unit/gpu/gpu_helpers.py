@@ -1,10 +1,13 @@
-"""Helpers for the GPU unit tests: load our pure-logic files by path, build fake /proc trees."""
+"""Helpers for the GPU unit tests: our pure logic (module_utils loaded by path, plugin_utils
+imported), fake /proc trees."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import gpu_drain, gpu_preflight  # noqa: F401  (for the tests)
 
 from tests.loaders import load_file
 
@@ -15,11 +18,7 @@ sys.path.insert(0, str(ROOT / "tests" / "standins"))
 import fake_pynvml  # noqa: E402  (path set just above)
 
 gpu_nvml = load_file("gpu_nvml", ROOT / "plugins/module_utils/gpu_nvml.py")
-gpu_preflight = load_file("gpu_preflight", ROOT / "plugins/filter/gpu_preflight.py")
-gpu_drain_filters = load_file("gpu_drain_filters", ROOT / "plugins/filter/gpu_drain.py")
-gpu_drain_plan = load_file(
-    "gpu_drain_plan", ROOT / "plugins/module_utils/gpu_drain_plan.py"
-)
+gpu_drain_plan = load_file("gpu_drain_plan", ROOT / "plugins/module_utils/gpu_drain_plan.py")
 
 
 def nvml(name: str) -> fake_pynvml.FakeNvml:

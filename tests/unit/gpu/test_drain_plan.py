@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gpu_helpers import gpu_drain_filters, gpu_drain_plan, gpu_nvml, nvml, trainer_tree
+from gpu_helpers import gpu_drain, gpu_drain_plan, gpu_nvml, nvml, trainer_tree
+
+from tests.loaders import ROOT, load_file
 
 KEEP = gpu_drain_plan.DEFAULT_KEEP
 
@@ -221,7 +223,7 @@ def test_memory_released_after_the_trainer_stops(fake_proc):
     fake, before = training_facts(fake_proc)
     drain = drain_of(before)
     # right after the stop, NVML still lists the workers and the memory
-    state = gpu_drain_filters.memory_state(before, before, drain)
+    state = gpu_drain.memory_state(before, before, drain)
     assert not state["released"] and len(state["waiting"]) == 8
     assert state["waiting"][0] == "GPU 0: NVML still lists pid(s) [4101]"
     # the driver frees it
@@ -229,10 +231,10 @@ def test_memory_released_after_the_trainer_stops(fake_proc):
         fake.set_processes(i, [])
         fake.set_memory_used(i, 3 * 1024 * 1024)
     after = gpu_nvml.collect(fake, proc_root=str(fake_proc.root))
-    state = gpu_drain_filters.memory_state(after, before, drain)
+    state = gpu_drain.memory_state(after, before, drain)
     assert state["released"] and state["watched"] == list(range(8))
     assert state["freed_mib"] == 8 * (91136 - 3)
-    summary = gpu_drain_filters.summary(drain, state)
+    summary = gpu_drain.summary(drain, state)
     assert summary == "8 processes stopped (trainer.service), 712.0 GiB freed"
 
 
@@ -240,7 +242,7 @@ def test_memory_held_too_long_is_reported(fake_proc):
     fake, before = training_facts(fake_proc)
     fake.set_processes(2, [])
     after = gpu_nvml.collect(fake, proc_root=str(fake_proc.root))
-    state = gpu_drain_filters.memory_state(after, before, drain_of(before), idle_mib=1024)
+    state = gpu_drain.memory_state(after, before, drain_of(before), idle_mib=1024)
     assert "GPU 2: 91136 MiB used (released at <= 1024 MiB)" in state["waiting"]
 
 
@@ -252,7 +254,7 @@ def test_gpu_shared_with_a_process_we_kept_only_waits_for_the_pids(fake_proc):
     for i in range(1, 8):
         fake.set_memory_used(i, 0)
     after = gpu_nvml.collect(fake, proc_root=str(fake_proc.root))
-    state = gpu_drain_filters.memory_state(after, before, drain_of(before, shared=[0]))
+    state = gpu_drain.memory_state(after, before, drain_of(before, shared=[0]))
     assert state["released"]
 
 
@@ -262,7 +264,7 @@ def test_inside_lxc_minors_tell_which_gpus_to_watch(fake_proc):
     fake = nvml("rtx_pro_6000_x8_training")
     before = gpu_nvml.collect(fake, proc_root=str(fake_proc.root))
     drain = {"stopped": [{"unit": "trainer.service", "pids": [301, 302], "gpu_minors": [0, 1]}]}
-    state = gpu_drain_filters.memory_state(before, before, drain)
+    state = gpu_drain.memory_state(before, before, drain)
     assert state["watched"] == [0, 1]
     assert state["waiting"][0] == "GPU 0: 91136 MiB used (released at <= 1024 MiB)"
 
@@ -273,17 +275,17 @@ def test_summary_without_nvml_and_when_left_running():
         "killed": [],
         "left_running": [{"unit": "stubborn.service", "pids": [43]}],
     }
-    assert gpu_drain_filters.summary(drain, None, "no NVML (NVML Shared Library Not Found)") == (
+    assert gpu_drain.summary(drain, None, "no NVML (NVML Shared Library Not Found)") == (
         "1 process stopped (trainer.service), left running: stubborn.service, "
         "memory wait skipped: no NVML (NVML Shared Library Not Found)"
     )
-    assert gpu_drain_filters.summary({"stopped": [], "killed": []}) == "nothing to stop"
+    assert gpu_drain.summary({"stopped": [], "killed": []}) == "nothing to stop"
 
 
 def test_memory_skip_names_the_first_reason_that_applies(fake_proc):
     _, before = training_facts(fake_proc)
     drain = drain_of(before)
-    skip = gpu_drain_filters.memory_skip
+    skip = gpu_drain.memory_skip
     assert skip(drain, before, False, 120, True) == ""
     assert skip(drain, before, True, 120, True) == "check mode: nothing was stopped"
     assert skip({"stopped": [], "killed": []}, before, False, 120, True) == "nothing was stopped"
@@ -298,3 +300,12 @@ def test_memory_skip_names_the_first_reason_that_applies(fake_proc):
     assert skip(drain, no_gpu, False, 120, True) == "NVML sees no GPU"
     # check mode wins over everything else: nothing was stopped for real
     assert skip({}, {}, True, 0, False) == "check mode: nothing was stopped"
+
+
+def test_the_filters_wrap_the_library():
+    module = load_file("gpu_drain_filter", ROOT / "plugins/filter/gpu_drain.py")
+    assert module.FilterModule().filters() == {
+        "gpu_drain_memory_state": gpu_drain.memory_state,
+        "gpu_drain_summary": gpu_drain.summary,
+        "gpu_drain_memory_skip": gpu_drain.memory_skip,
+    }

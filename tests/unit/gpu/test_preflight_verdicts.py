@@ -1,4 +1,4 @@
-"""Preflight verdicts (plugins/filter/gpu_preflight.py) from recorded NVML answers."""
+"""Preflight verdicts (plugins/plugin_utils/gpu_preflight.py) from recorded NVML answers."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 from gpu_helpers import gpu_nvml, gpu_preflight, nvml, trainer_tree
+
+from tests.loaders import load_file
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECKS = {
@@ -263,3 +265,9 @@ def test_libcuda_not_probed_is_skipped(fake_proc):
         )
     )
     assert verdicts["libcuda"]["status"] == "skip"
+
+
+def test_the_filters_wrap_the_library():
+    module = load_file("gpu_preflight_filter", ROOT / "plugins/filter/gpu_preflight.py")
+    names = [f"gpu_preflight_{n}" for n in ("verdicts", "failed", "report", "summary")]
+    assert module.FilterModule().filters() == {n: getattr(gpu_preflight, n) for n in names}

@@ -1,16 +1,20 @@
-"""Unit tests of plugins/filter/proxmox_lxc.py with recorded listings of an 8-GPU node."""
+"""Unit tests of the proxmox_lxc role's logic (plugins/plugin_utils/pct_config.py,
+lxc_gpu_passthrough.py, lxc_spec.py; filters in plugins/filter/proxmox_lxc.py) with recorded
+listings of an 8-GPU node."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_gpu_passthrough as gpu
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_spec
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import pct_config as pct
 
 from tests.loaders import load_file
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
-pf = load_file("proxmox_lxc_filters", ROOT / "plugins/filter/proxmox_lxc.py")
 
 PROC = (HERE / "data/proc_devices_8gpu.txt").read_text()
 DEV = (HERE / "data/dev_nvidia_8gpu.txt").read_text().split()
@@ -27,13 +31,13 @@ def spec(**kw):
 
 
 def test_majors_come_from_proc_devices_character_section_only():
-    majors = pf.nvidia_majors(PROC)
+    majors = gpu.nvidia_majors(PROC)
     assert majors == {"nvidia-frontend": 195, "nvidia-nvswitch": 234, "nvidia-nvlink": 235,
                       "nvidia-caps": 236, "nvidia-caps-imex-channels": 237, "nvidia-uvm": 508}
 
 
 def test_all_gpus_passthrough_lines():
-    lines = pf.nvidia_passthrough(PROC, DEV, "all")
+    lines = gpu.nvidia_passthrough(PROC, DEV, "all")
     allow = [ln for ln in lines if "devices.allow" in ln]
     assert allow == [f"lxc.cgroup2.devices.allow: c {m}:* rwm"
                      for m in (195, 234, 235, 236, 237, 508)]
@@ -47,13 +51,13 @@ def test_all_gpus_passthrough_lines():
 
 def test_majors_are_never_hard_coded():
     other_kernel = PROC.replace("508 nvidia-uvm", "511 nvidia-uvm")
-    lines = pf.nvidia_passthrough(other_kernel, DEV, "all")
+    lines = gpu.nvidia_passthrough(other_kernel, DEV, "all")
     assert "lxc.cgroup2.devices.allow: c 511:* rwm" in lines
     assert "lxc.cgroup2.devices.allow: c 508:* rwm" not in lines
 
 
 def test_chosen_gpus_only():
-    lines = pf.nvidia_passthrough(PROC, DEV, [2, 3])
+    lines = gpu.nvidia_passthrough(PROC, DEV, [2, 3])
     gpu_mounts = [ln for ln in lines if ln.startswith("lxc.mount.entry: /dev/nvidia")
                   and ln.split()[1][len("/dev/nvidia"):].isdigit()]
     assert [ln.split()[1] for ln in gpu_mounts] == ["/dev/nvidia2", "/dev/nvidia3"]
@@ -62,12 +66,12 @@ def test_chosen_gpus_only():
 
 def test_unknown_gpu_index_is_refused():
     with pytest.raises(ValueError, match=r"GPU index \[9\] not on this node"):
-        pf.nvidia_passthrough(PROC, DEV, [0, 9])
+        gpu.nvidia_passthrough(PROC, DEV, [0, 9])
 
 
 def test_no_gpu_node_gives_no_lines():
-    assert pf.nvidia_passthrough("Character devices:\n  1 mem\n", [], "all") == []
-    assert pf.nvidia_passthrough(PROC, DEV, "none") == []
+    assert gpu.nvidia_passthrough("Character devices:\n  1 mem\n", [], "all") == []
+    assert gpu.nvidia_passthrough(PROC, DEV, "none") == []
 
 
 def test_owned_lines_cover_nvidia_majors_and_nodes_but_not_other_devices():
@@ -77,7 +81,7 @@ def test_owned_lines_cover_nvidia_majors_and_nodes_but_not_other_devices():
         ["lxc.mount.entry", "/dev/nvidia9 dev/nvidia9 none bind,optional,create=file"],
         ["lxc.mount.entry", "/dev/dri dev/dri none bind,optional,create=dir"],
     ]}
-    owned = pf.nvidia_owned_lines(current, PROC)
+    owned = gpu.nvidia_owned_lines(current, PROC)
     assert owned == ["lxc.cgroup2.devices.allow: c 195:* rwm",
                      "lxc.mount.entry: /dev/nvidia9 dev/nvidia9 none bind,optional,create=file"]
 
@@ -89,19 +93,19 @@ def test_config_round_trip_and_set_args():
             "net0: name=eth0,bridge=vmbr0,gw=10.10.0.1,hwaddr=BC:24:11:00:00:01,"
             "ip=10.10.0.200/24,type=veth\nonboot: 1\nfeatures: nesting=1\nswap: 0\n"
             "lxc.cgroup2.devices.allow: c 195:* rwm\n")
-    current = pf.pve_conf_parse(text)
+    current = pct.pve_conf_parse(text)
     assert current["lxc"] == [["lxc.cgroup2.devices.allow", "c 195:* rwm"]]
-    args = pf.pct_set_args(spec(), current)
+    args = pct.pct_set_args(spec(), current)
     assert args == ["--memory", "65536", "--delete", "mp1"]
 
 
 def test_nothing_to_set_when_config_matches():
-    current = pf.pve_conf_parse("\n".join(f"{k}: {v}" for k, v in pf.pct_options(spec()).items()))
-    assert pf.pct_set_args(spec(), current) == []
+    current = pct.pve_conf_parse("\n".join(f"{k}: {v}" for k, v in pct.pct_options(spec()).items()))
+    assert pct.pct_set_args(spec(), current) == []
 
 
 def test_create_args():
-    args = pf.pct_create_args(spec())
+    args = pct.pct_create_args(spec())
     assert args[args.index("--rootfs") + 1] == "local-lvm:64"
     assert args[args.index("--unprivileged") + 1] == "1"
     assert args[args.index("--net0") + 1] == "name=eth0,bridge=vmbr0,ip=10.10.0.200/24,gw=10.10.0.1"
@@ -121,28 +125,38 @@ def test_create_args():
     ],
 )
 def test_bad_specs_are_named(change, message):
-    errors = pf.lxc_container_errors([spec(**change)], "kpro6")
+    errors = lxc_spec.lxc_container_errors([spec(**change)], "kpro6")
     assert any(message in e for e in errors), errors
 
 
 def test_duplicates_within_and_across_nodes():
     a = spec()
     b = spec(name="ct201", hostname="ct201")
-    errors = pf.lxc_container_errors([a, b], "kpro6")
+    errors = lxc_spec.lxc_container_errors([a, b], "kpro6")
     assert any("[ct201].vmid: 200 is also used by ct200" in e for e in errors)
     assert any("[ct201].ip: 10.10.0.200 is also used by ct200" in e for e in errors)
     other = [spec(name="ct300", vmid=300, ip="10.10.0.200/24")]
-    errors = pf.lxc_container_errors([a], "kpro7", others=other)
+    errors = lxc_spec.lxc_container_errors([a], "kpro7", others=other)
     assert any("[ct200].ip: 10.10.0.200 is also used by ct300" in e for e in errors)
 
 
 def test_recreate_must_name_a_known_container():
-    errors = pf.lxc_container_errors([spec()], "kpro6", recreate=["ct999"])
+    errors = lxc_spec.lxc_container_errors([spec()], "kpro6", recreate=["ct999"])
     assert errors == ["proxmox_lxc_recreate: 'ct999' is not a container in the inventory "
                       "(known: ct200); fix: name a container from proxmox_lxc_containers"]
 
 
 def test_defaults_merge_under_the_spec():
-    merged = pf.lxc_with_defaults([{"name": "ct9", "vmid": 900, "cores": 4}],
+    merged = lxc_spec.lxc_with_defaults([{"name": "ct9", "vmid": 900, "cores": 4}],
                                   {"cores": 2, "memory": 2048})
     assert merged == [{"cores": 4, "memory": 2048, "name": "ct9", "vmid": 900, "hostname": "ct9"}]
+
+
+def test_the_filters_wrap_the_library():
+    filters = load_file("proxmox_lxc_filters", ROOT / "plugins/filter/proxmox_lxc.py")
+    assert filters.FilterModule().filters() == {
+        "pct_create_args": pct.pct_create_args,
+        "pct_set_args": pct.pct_set_args,
+        "nvidia_passthrough": gpu.nvidia_passthrough,
+        "nvidia_owned_lines": gpu.nvidia_owned_lines,
+    }

@@ -5,12 +5,15 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_gpu_passthrough as gpu
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_spec
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import pct_config as pct
+
 from tests.loaders import load_file
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
 probe = load_file("proxmox_lxc_probe_action", ROOT / "plugins/action/proxmox_lxc_probe.py")
-pf = load_file("proxmox_lxc_filters", ROOT / "plugins/filter/proxmox_lxc.py")
 
 PROC = (HERE / "data/proc_devices_8gpu.txt").read_text()
 DEV = (HERE / "data/dev_nvidia_8gpu.txt").read_text().split()
@@ -32,7 +35,7 @@ def spec(**kw):
 
 def config_text(ct, extra_lines=()):
     """The config pct writes for a spec: its create options, as `pct config` prints them."""
-    opts = pf.pct_options(ct)
+    opts = pct.pct_options(ct)
     opts["net0"] += ",hwaddr=BC:24:11:00:00:01,type=veth"
     lines = [f"{k}: {v}" for k, v in sorted(opts.items())]
     return "\n".join([*lines, "ostype: debian", *extra_lines])
@@ -107,7 +110,7 @@ def test_gpus_asked_for_must_exist_and_gpu_required_needs_gpus():
 
 def test_passthrough_lines_missing_or_stale_drift_passthrough():
     ct = spec(gpus=[0, 1])
-    want = pf.nvidia_passthrough(PROC, DEV, [0, 1])
+    want = gpu.nvidia_passthrough(PROC, DEV, [0, 1])
     devices, nodes = PROC, "\n".join(DEV)
     assert plan(ct, node_text(ct, devices=devices, nodes=nodes))["drift"] == ["passthrough"]
     done = config_text(ct, want)
@@ -185,7 +188,7 @@ def test_the_script_reads_configs_templates_and_paths_on_a_real_shell(tmp_path):
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     sections = probe.parse_sections(out.stdout)
     assert "config 201" not in sections and "inside 201" not in sections
-    assert pf.pve_conf_parse(sections["config 200"])["options"]["memory"] == "65536"
+    assert pct.pve_conf_parse(sections["config 200"])["options"]["memory"] == "65536"
     node = probe.node_facts(sections)
     assert node["templates"] == [TEMPLATE]
     assert list(node["paths"]) == [str(data)] and node["paths"][str(data)][0] == "755"
@@ -224,7 +227,7 @@ def test_a_container_cloned_from_a_template_drifts_clone_and_keeps_what_the_temp
     cfg = got["clone_config"]["options"]
     assert "template" not in cfg and cfg["hostname"] == "ct200"
     # after the clone, pct set changes only what differs from the template: the address
-    assert pf.pct_set_args(ct, got["clone_config"]) == [
+    assert pct.pct_set_args(ct, got["clone_config"]) == [
         "--net0", "name=eth0,bridge=vmbr0,ip=10.10.0.200/24,gw=10.10.0.1"]
 
 
@@ -270,11 +273,11 @@ def test_a_vmid_held_by_a_template_is_refused():
 
 def test_clone_spec_errors():
     base = spec(clone_from=200)
-    errors = pf.lxc_container_errors([base], "kpro6")
+    errors = lxc_spec.lxc_container_errors([base], "kpro6")
     assert errors == [
         "proxmox_lxc_containers (node kpro6)[ct200].clone_from: 200 is this container's own "
         "vmid (taken by the template); fix: give the clone a vmid of its own"]
-    errors = pf.lxc_container_errors([spec(clone_from="golden", clone_full="yes")], "kpro6")
+    errors = lxc_spec.lxc_container_errors([spec(clone_from="golden", clone_full="yes")], "kpro6")
     assert [e.split(": ")[0] for e in errors] == [
         "proxmox_lxc_containers (node kpro6)[ct200].clone_from",
         "proxmox_lxc_containers (node kpro6)[ct200].clone_full"]

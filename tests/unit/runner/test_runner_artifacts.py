@@ -6,8 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from sglang_lxc.artifacts import LATEST, find_run, mark_latest, new_run_id
-from sglang_lxc.errors import RunError
+from ansible_collections.sglang_lxc.serving.runner.artifacts import (
+    LATEST,
+    find_run,
+    mark_latest,
+    new_run_id,
+)
+from ansible_collections.sglang_lxc.serving.runner.errors import RunError
 
 
 def make_run(root: Path, name: str, mtime: float) -> Path:

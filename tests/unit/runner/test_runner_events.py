@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from sglang_lxc.checklist import Checklist, ExitCode, Status
-from sglang_lxc.events import ChecklistReducer, failure_message
-from sglang_lxc.planner import Plan, PlannedPlay
-from sglang_lxc.reports import item_note
+from ansible_collections.sglang_lxc.serving.runner.checklist import Checklist, ExitCode, Status
+from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer, failure_message
+from ansible_collections.sglang_lxc.serving.runner.planner import Plan, PlannedPlay
+from ansible_collections.sglang_lxc.serving.runner.reports import item_note
 
 RECORDINGS = Path(__file__).parent / "recordings"
 

@@ -6,8 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from sglang_lxc.errors import RunError
-from sglang_lxc.planner import Plan, normalise_priority, plan_in_subprocess, planner_args
+from ansible_collections.sglang_lxc.serving.runner.errors import RunError
+from ansible_collections.sglang_lxc.serving.runner.planner import (
+    Plan,
+    normalise_priority,
+    plan_in_subprocess,
+    planner_args,
+)
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "integration" / "runner" / "playbooks"
 INVENTORY = str(PLAYBOOKS / "inventory.yml")

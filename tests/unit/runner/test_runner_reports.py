@@ -5,8 +5,18 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from sglang_lxc.checklist import Checklist, ExitCode, RunInfo, Status, TodoItem
-from sglang_lxc.reports import read_json, render_markdown, write_all
+from ansible_collections.sglang_lxc.serving.runner.checklist import (
+    Checklist,
+    ExitCode,
+    RunInfo,
+    Status,
+    TodoItem,
+)
+from ansible_collections.sglang_lxc.serving.runner.reports import (
+    read_json,
+    render_markdown,
+    write_all,
+)
 
 
 def sample() -> Checklist:

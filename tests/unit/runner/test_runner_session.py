@@ -9,10 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from sglang_lxc.checklist import Checklist, ExitCode, RunInfo
-from sglang_lxc.cli import main
-from sglang_lxc.events import ChecklistReducer
-from sglang_lxc.executor import (
+from ansible_collections.sglang_lxc.serving.runner.checklist import Checklist, ExitCode, RunInfo
+from ansible_collections.sglang_lxc.serving.runner.cli import main
+from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer
+from ansible_collections.sglang_lxc.serving.runner.executor import (
     CALLBACK,
     KEPT_EVENTS,
     NO_LOG_NOTE,
@@ -20,8 +20,8 @@ from sglang_lxc.executor import (
     RunSession,
     callback_env,
 )
-from sglang_lxc.planner import Plan, PlannedPlay
-from sglang_lxc.reports import write_json
+from ansible_collections.sglang_lxc.serving.runner.planner import Plan, PlannedPlay
+from ansible_collections.sglang_lxc.serving.runner.reports import write_json
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "integration" / "runner" / "playbooks"
 RECORDINGS = Path(__file__).parent / "recordings"

@@ -9,12 +9,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ansible_collections.sglang_lxc.serving.plugins.callback.todo import CallbackModule
-from sglang_lxc.checklist import Checklist, ExitCode, RunInfo
-from sglang_lxc.events import ChecklistReducer
-from sglang_lxc.executor import RunOptions, RunSession
-from sglang_lxc.planner import Plan, PlannedPlay
-from sglang_lxc.reports import read_json, write_all, write_json
-from sglang_lxc.targets import TARGETS_JSON, TargetSet
+from ansible_collections.sglang_lxc.serving.runner.checklist import Checklist, ExitCode, RunInfo
+from ansible_collections.sglang_lxc.serving.runner.events import ChecklistReducer
+from ansible_collections.sglang_lxc.serving.runner.executor import RunOptions, RunSession
+from ansible_collections.sglang_lxc.serving.runner.planner import Plan, PlannedPlay
+from ansible_collections.sglang_lxc.serving.runner.reports import read_json, write_all, write_json
+from ansible_collections.sglang_lxc.serving.runner.targets import TARGETS_JSON, TargetSet
 
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "integration" / "runner" / "playbooks"
 

@@ -5,9 +5,19 @@ from __future__ import annotations
 import io
 import threading
 
+from ansible_collections.sglang_lxc.serving.runner.checklist import (
+    Checklist,
+    RunInfo,
+    Status,
+    TodoItem,
+)
+from ansible_collections.sglang_lxc.serving.runner.render_live import (
+    LiveView,
+    PlainView,
+    checklist_table,
+    choose_view,
+)
 from rich.console import Console
-from sglang_lxc.checklist import Checklist, RunInfo, Status, TodoItem
-from sglang_lxc.render_live import LiveView, PlainView, checklist_table, choose_view
 
 
 class Tty(io.StringIO):

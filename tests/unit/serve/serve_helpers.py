@@ -1,5 +1,5 @@
-"""The sglang_serve pure-logic files: the filter by path, the readiness module
-and its module_utils from the collection."""
+"""The sglang_serve pure-logic files from the collection: the instance expansion
+(plugin_utils/serve_instances.py), the readiness module and its module_utils."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
 from ansible_collections.sglang_lxc.serving.plugins.module_utils import (
     sglang_unit_probes as probes,
 )
-
-from tests.loaders import load_file
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import serve_instances
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-serve_filter = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
-
-__all__ = ["ROOT", "load_progress", "probes", "readiness", "serve_filter"]
+__all__ = ["ROOT", "load_progress", "probes", "readiness", "serve_instances"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from serve_helpers import ROOT, serve_filter
+from serve_helpers import ROOT, serve_instances
 
 from tests.loaders import load_file
 
@@ -18,7 +18,7 @@ SETTINGS = {"model_path": "m", "served_model_name": "m", "multithread_load": Tru
 
 
 def instance(**changes):
-    [resolved] = serve_filter.sglang_serve_instances({**SETTINGS, **changes}, 1)
+    [resolved] = serve_instances.sglang_serve_instances({**SETTINGS, **changes}, 1)
     return resolved
 
 
@@ -35,7 +35,7 @@ def test_every_argument_names_the_variable_it_came_from():
 
 
 def test_an_explicit_instance_names_its_own_keys():
-    [resolved] = serve_filter.sglang_serve_instances(
+    [resolved] = serve_instances.sglang_serve_instances(
         {**SETTINGS, "instances": [{"name": "a", "gpus": [0], "extra_args": ["--x"]}]}, 1)
     origin = dict(zip(resolved["argv"], resolved["argv_from"], strict=True))
     assert origin["--x"] == "sglang_serve_instances[0] (a).extra_args"
@@ -47,7 +47,7 @@ def test_secrets_and_a_second_config_are_refused_on_the_command_line():
                       (["--config", "x.yaml"], "--config")):
         try:
             instance(extra_args=bad)
-        except serve_filter.ServeConfigError as exc:
+        except serve_instances.ServeConfigError as exc:
             assert "sglang_serve_extra_args" in str(exc) and word in str(exc)
         else:
             raise AssertionError(f"{bad} accepted")
@@ -97,11 +97,11 @@ def test_a_refused_config_option_is_named_by_its_variable_never_its_value():
 
 
 def test_the_deploy_record_holds_what_runs_not_where_it_came_from():
-    per_gpu = serve_filter.sglang_serve_instances(SETTINGS, 1)
-    explicit = serve_filter.sglang_serve_instances(
+    per_gpu = serve_instances.sglang_serve_instances(SETTINGS, 1)
+    explicit = serve_instances.sglang_serve_instances(
         {**SETTINGS, "instances": [{"name": "gpu0", "gpus": [0]}]}, 1)
     assert per_gpu[0]["argv_from"] != explicit[0]["argv_from"]
-    assert serve_filter.sglang_serve_deployed(per_gpu) == serve_filter.sglang_serve_deployed(
+    assert serve_instances.sglang_serve_deployed(per_gpu) == serve_instances.sglang_serve_deployed(
         explicit)
 
 

@@ -4,7 +4,7 @@ memory holds (two instances OOM'd in 4 GiB)."""
 from __future__ import annotations
 
 import yaml
-from serve_helpers import ROOT, serve_filter
+from serve_helpers import ROOT, serve_instances
 
 LAB = ROOT / "inventory" / "lab"
 
@@ -19,10 +19,10 @@ def test_ct200_serves_two_cpu_instances_that_fit_its_memory():
     merged = {**defaults, **host}
     settings = {
         key: merged[f"sglang_serve_{key}"]
-        for key in serve_filter.SETTINGS
+        for key in serve_instances.SETTINGS
         if f"sglang_serve_{key}" in merged and "{{" not in str(merged[f"sglang_serve_{key}"])
     }
-    instances = serve_filter.sglang_serve_instances(settings, 0)
+    instances = serve_instances.sglang_serve_instances(settings, 0)
     assert [(i["name"], i["device"], i["port"]) for i in instances] == [
         ("cpu0", "cpu", 30000),
         ("cpu1", "cpu", 30001),

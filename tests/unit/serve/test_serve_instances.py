@@ -1,4 +1,5 @@
-"""Instance expansion and input checks of the sglang_serve filter."""
+"""Instance expansion and input checks of sglang_serve (plugins/plugin_utils/serve_instances.py,
+filters in plugins/filter/sglang_serve.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import json
 import re
 
 import pytest
-from serve_helpers import ROOT, serve_filter
+from serve_helpers import ROOT, serve_instances
 
-expand = serve_filter.sglang_serve_instances
-Error = serve_filter.ServeConfigError
+from tests.loaders import load_file
+
+expand = serve_instances.sglang_serve_instances
+Error = serve_instances.ServeConfigError
 
 BASE = {
     "instances": [],
@@ -114,7 +117,7 @@ def test_eagle3_all_given():
 
 def test_endpoints():
     instances = expand(settings(host="0.0.0.0", allow_insecure_bind=True), 2)
-    assert serve_filter.sglang_serve_endpoints(instances) == [
+    assert serve_instances.sglang_serve_endpoints(instances) == [
         "http://127.0.0.1:30000",
         "http://127.0.0.1:30001",
     ]
@@ -172,11 +175,11 @@ def test_non_loopback_with_key_or_switch():
 
 
 def test_loopback_detection():
-    assert serve_filter.is_loopback("127.0.0.1")
-    assert serve_filter.is_loopback("::1")
-    assert serve_filter.is_loopback("localhost")
-    assert not serve_filter.is_loopback("0.0.0.0")
-    assert not serve_filter.is_loopback("10.0.3.250")
+    assert serve_instances.is_loopback("127.0.0.1")
+    assert serve_instances.is_loopback("::1")
+    assert serve_instances.is_loopback("localhost")
+    assert not serve_instances.is_loopback("0.0.0.0")
+    assert not serve_instances.is_loopback("10.0.3.250")
 
 
 def test_jit_caches_are_per_cuda_version_and_shared_by_every_instance():
@@ -192,7 +195,7 @@ def test_jit_caches_are_per_cuda_version_and_shared_by_every_instance():
 
 
 def test_cuda_version_must_be_major_minor():
-    with pytest.raises(serve_filter.ServeConfigError, match="sglang_serve_cuda_version"):
+    with pytest.raises(serve_instances.ServeConfigError, match="sglang_serve_cuda_version"):
         expand(settings(cuda_version="13"), 1)
 
 
@@ -255,7 +258,7 @@ def test_cpu_instances_have_no_gpus_and_the_cpu_engine():
     assert env["SGLANG_USE_CPU_ENGINE"] == "1"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["LD_LIBRARY_PATH"] == "/usr/local/libexec/sglang/cpu-lib"
-    assert "CPU (tp 1)" in serve_filter.sglang_serve_describe(pair[0])
+    assert "CPU (tp 1)" in serve_instances.sglang_serve_describe(pair[0])
 
 
 def test_cpu_instance_keeps_its_own_library_path_after_the_stub_folder():
@@ -332,3 +335,13 @@ def test_the_fabric_env_of_a_group_is_applied_and_the_inventory_wins():
     (untouched,) = expand(settings(instances=[{"name": "other", "gpus": [0, 1]}],
                                    fabric_env=fabric), 8)
     assert "NCCL_P2P_DISABLE" not in untouched["env"]
+
+
+def test_the_filters_wrap_the_library():
+    module = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
+    assert module.FilterModule().filters() == {
+        "sglang_serve_instances": serve_instances.sglang_serve_instances,
+        "sglang_serve_endpoints": serve_instances.sglang_serve_endpoints,
+        "sglang_serve_deployed": serve_instances.sglang_serve_deployed,
+        "sglang_serve_describe": serve_instances.sglang_serve_describe,
+    }

@@ -11,7 +11,7 @@ import yaml
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import (
     prometheus_targets as targets,
 )
-from serve_helpers import ROOT, serve_filter
+from serve_helpers import ROOT, serve_instances
 
 from tests.loaders import load_file
 
@@ -25,7 +25,7 @@ def instances(host="127.0.0.1", metrics=True, **extra):
         "model_path": "/srv/models/llama", "served_model_name": "llama",
         "enable_metrics": metrics, "host": host, "allow_insecure_bind": True,
     }
-    return serve_filter.sglang_serve_instances(settings, 2)
+    return serve_instances.sglang_serve_instances(settings, 2)
 
 
 def assert_file_sd(entries):

@@ -1,8 +1,9 @@
 """sglang_serve's settings have one table: meta/argument_specs.yml, written once.
 
 Everything else that names a setting is checked against it here: defaults/main.yml (names,
-values, types), tasks/validate.yml (passes exactly the filter's SETTINGS), the filter's
-OVERRIDABLE keys, the validate action plugin, and the README's list of instance keys.
+values, types), tasks/validate.yml (passes exactly the SETTINGS of
+plugins/plugin_utils/serve_instances.py), its OVERRIDABLE keys, the validate action plugin, and
+the README's list of instance keys.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import re
 
 import yaml
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import serve_instances as serve
 
-from tests.loaders import ROOT, load_file
+from tests.loaders import ROOT
 
 ROLE = ROOT / "roles" / "sglang_serve"
-serve = load_file("sglang_serve_filter_settings", ROOT / "plugins" / "filter" / "sglang_serve.py")
 
 TYPES = {
     "bool": bool, "int": int, "float": (int, float), "str": str, "path": str, "list": list,

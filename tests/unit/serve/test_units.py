@@ -1,4 +1,4 @@
-"""Both SGLang units carry the one shared sandbox (plugins/filter/systemd_hardening.py).
+"""Both SGLang units carry the one shared sandbox (plugins/plugin_utils/systemd_hardening.py).
 
 The two templates are rendered with Jinja and ansible-core's own filters, from the roles'
 defaults, and their [Service] sections compared.
@@ -12,10 +12,13 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import (
+    systemd_hardening as hardening,
+)
 
 from tests.loaders import ROOT, load_file
 
-hardening = load_file("systemd_hardening", ROOT / "plugins" / "filter" / "systemd_hardening.py")
+hardening_filters = load_file("hardening_filter", ROOT / "plugins/filter/systemd_hardening.py")
 
 SERVE = ROOT / "roles" / "sglang_serve"
 ROUTER = ROOT / "roles" / "sglang_router"
@@ -30,7 +33,7 @@ def render(role, template: str, **overrides) -> dict[str, list[str]]:
     env.filters.update(CoreFilters().filters())
     # the templates call the collection's filters by FQCN, as Ansible resolves them
     env.filters.update({f"sglang_lxc.serving.{name}": f
-                        for name, f in hardening.FilterModule().filters().items()})
+                        for name, f in hardening_filters.FilterModule().filters().items()})
     values = {**defaults(role), "ansible_managed": "managed", **overrides}
     values = {k: v for k, v in values.items() if not (isinstance(v, str) and "{{" in v)}
     values.setdefault("sglang_router_launch_command", ["/opt/sglang/venv/bin/python"])

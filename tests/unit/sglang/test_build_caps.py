@@ -1,4 +1,4 @@
-"""The sgl-kernel job cap over machine shapes (plugins/filter/build_caps.py)."""
+"""The sgl-kernel job cap over machine shapes (plugins/plugin_utils/build_caps.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import build_caps as caps
 
 ROOT = Path(__file__).resolve().parents[3]
 GIB = 1024**3
@@ -17,9 +18,6 @@ def _load(name: str, path: Path):
     assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
-
-
-caps = _load("build_caps", ROOT / "plugins" / "filter" / "build_caps.py")
 
 
 # (cpus, memory GiB, nvcc threads, expected jobs) with the role's defaults:

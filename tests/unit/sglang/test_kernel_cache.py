@@ -33,7 +33,7 @@ RUN = textwrap.dedent(
     sys.path[:0] = [{root!r}, {root!r} + "/.collections"]
     from tests.loaders import load_file
     sources = load_file("sources", {action!r})
-    from ansible_collections.sglang_lxc.serving.plugins.filter import git_rewrites
+    from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import git_rewrites
     from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import sgl_kernel_cache as c
     cache, rewrites, archs = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3].split(",")
     say = lambda text: print(text, flush=True)

@@ -12,13 +12,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import git_rewrites as rewrites
 
 from tests.kernel_fixture import FIXTURE, URL_PREFIX, make_dep_repos, url_rewrites
 from tests.loaders import ROOT, load_file
 
 ACTION = ROOT / "plugins/action/sglang_kernel_sources.py"
 sources = load_file("sglang_kernel_sources_action", ACTION)
-rewrites = load_file("sglang_lxc_filter_git_rewrites", ROOT / "plugins/filter/git_rewrites.py")
 
 ARGS = [
     "-DENABLE_BELOW_SM90=OFF",
@@ -129,3 +129,8 @@ def test_rewrites_are_gits_own_insteadof():
         "GIT_CONFIG_VALUE_0": "https://github.com/",
     }
     assert sources.options_off(ARGS) == ["ENABLE_BELOW_SM90", "SGL_KERNEL_ENABLE_FA3"]
+
+
+def test_the_filter_wraps_the_library():
+    module = load_file("git_rewrites_filter", ROOT / "plugins/filter/git_rewrites.py")
+    assert module.FilterModule().filters() == {"git_url_rewrite_env": rewrites.git_url_rewrite_env}

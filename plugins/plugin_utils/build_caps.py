@@ -1,6 +1,9 @@
+# Copyright: sglang-lxc contributors
+# Apache-2.0
 """Job caps for memory-hungry native builds (sgl-kernel's nvcc compiles).
 
-One formula, used by role `sglang` and documented in docs/build-caps.md:
+One formula, used by role `sglang` through the action `sglang_kernel_plan` and documented in
+docs/build-caps.md:
 
     jobs = max(1, min(cpus, floor((mem_available_gib - reserve_gib)
                                   / (per_thread_gib * min(nvcc_threads, archs)))))
@@ -11,6 +14,9 @@ architectures' device compiles in parallel, so more threads than architectures u
 
 `cpus` and `mem_available` must be the container's own view (cgroup limits, lxcfs), which the
 role's `sglang_build_resources` module reads. An explicit override (> 0) wins over the formula.
+
+Controller side, plain Python (ansible is optional: without it the errors are ValueErrors).
+Unit-tested in tests/unit/sglang/test_build_caps.py.
 """
 
 from __future__ import annotations
@@ -123,13 +129,3 @@ def build_job_cap_explain(
         "archs": int(float(archs or 0)),
         "reserve_gb": float(reserve_gb),
     }
-
-
-class FilterModule:
-    """sglang-lxc build caps."""
-
-    def filters(self) -> dict[str, Any]:
-        return {
-            "build_job_cap": build_job_cap,
-            "build_job_cap_explain": build_job_cap_explain,
-        }

@@ -1,0 +1,47 @@
+"""The runner has one import name (docs/runner.md, "Code"): the sglang-lxc command and the todo
+callback reach the same modules, and no code imports it under another."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+NAME = "ansible_collections.sglang_lxc.serving.runner"
+
+
+def imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_code_imports_the_runner_under_another_name():
+    skip = {".venv", ".collections", ".ansible", "build"}
+    sources = [p for p in ROOT.rglob("*.py") if not skip & set(p.relative_to(ROOT).parts)]
+    wrong = {str(p.relative_to(ROOT)): sorted(n for n in imported_names(p)
+                                               if n == "sglang_lxc" or n.startswith("sglang_lxc."))
+             for p in sources}
+    assert not {k: v for k, v in wrong.items() if v}
+    callback = imported_names(ROOT / "plugins" / "callback" / "todo.py")
+    assert {f"{NAME}.checklist", f"{NAME}.events", f"{NAME}.planner"} <= callback
+
+
+def test_the_command_runs_the_runner_under_that_name():
+    """The installed sglang-lxc entry point names the module, and a plain Python process (no
+    Ansible collection loader, no pytest path) imports it from this checkout."""
+    [script] = [e for e in importlib.metadata.entry_points(group="console_scripts")
+                if e.name == "sglang-lxc"]
+    assert script.value == f"{NAME}.cli:main"
+    found = subprocess.run(
+        [sys.executable, "-I", "-c", f"import {NAME}.cli as m; print(m.__file__)"],
+        capture_output=True, text=True, check=True, cwd="/",
+    ).stdout.strip()
+    assert Path(found).resolve() == (ROOT / "runner" / "cli.py").resolve()
