@@ -25,35 +25,64 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:  # pragma: no cover - exercised inside Ansible
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - unit tests without ansible
-    AnsibleFilterError = ValueError  # type: ignore[misc,assignment]
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 INSTANCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-EAGLE3_KEYS = (
-    "eagle3_draft_model_path",
-    "eagle3_num_steps",
-    "eagle3_topk",
-    "eagle3_num_draft_tokens",
-)
+# The settings of sglang_serve's instances, the one list (OVERRIDABLE, SETTINGS, INSTANCE_KEYS):
+# key -> the type of role variable "sglang_serve_" + key. tasks/validate.yml hands the role's
+# variables to ``role_settings``, and so does the validation pass (validate_serving.py);
+# tests/unit/serve/test_settings.py holds meta/argument_specs.yml (the role variables and the
+# suboptions of sglang_serve_instances), the defaults and the README in step with it.
+#
 # Per-instance overrides of role-wide settings (key in an instance == suffix of the role variable).
-OVERRIDABLE = (
-    "device",
-    "host",
-    "model_path",
-    "served_model_name",
-    "attention_backend",
-    "mem_fraction_static",
-    "context_length",
-    *EAGLE3_KEYS,
-    "multithread_load",
-    "multithread_load_threads",
-    "enable_metrics",
-    "extra_args",
-    "sleep_on_idle",
-)
+OVERRIDABLE: dict[str, str] = {
+    "device": "str",
+    "host": "str",
+    "model_path": "str",
+    "served_model_name": "str",
+    "attention_backend": "str",
+    "mem_fraction_static": "float",
+    "context_length": "int",
+    "eagle3_draft_model_path": "str",
+    "eagle3_num_steps": "int",
+    "eagle3_topk": "int",
+    "eagle3_num_draft_tokens": "int",
+    "multithread_load": "bool",
+    "multithread_load_threads": "int",
+    "enable_metrics": "bool",
+    "extra_args": "list",
+    "sleep_on_idle": "bool",
+}
+# Every role variable the expansion reads.
+SETTINGS: dict[str, str] = {
+    "instances": "list",
+    "gpus": "list",
+    "port_base": "int",
+    "allow_insecure_bind": "bool",
+    **OVERRIDABLE,
+    "env": "dict",
+    "fabric_env": "dict",
+    "hf_offline": "bool",
+    "cache_dir": "str",
+    "cuda_version": "str",
+    "home": "str",
+    "model_store": "str",
+    "allow_model_outside_store": "bool",
+    "cpu_libcuda_stub": "path",
+    "cpu_lib_dir": "path",
+}
+EAGLE3_KEYS = tuple(k for k in OVERRIDABLE if k.startswith("eagle3_"))
+# An instance's keys and their types: its own, then the overrides.
+INSTANCE_KEYS: dict[str, str] = {
+    "name": "str",
+    "gpus": "list",
+    "port": "int",
+    "tp": "int",
+    "env": "dict",
+    **{k: SETTINGS[k] for k in OVERRIDABLE},
+}
 DEVICES = ("cuda", "cpu")
 # Attention backends SGLang 0.5.12 runs on a CPU device (server_args.py, ATTENTION_BACKEND_CHOICES):
 # torch_native everywhere, intel_amx on CPUs with AMX; every other backend needs a GPU.
@@ -61,27 +90,6 @@ CPU_ATTENTION_BACKENDS = ("torch_native", "intel_amx")
 CPU_LIB_DIR = "/usr/local/libexec/sglang/cpu-lib"  # sglang_serve_cpu_lib_dir's default
 # Options that carry a secret: never on a command line (the role's --config file holds them).
 SECRET_OPTIONS = ("--api-key", "--admin-api-key")
-INSTANCE_KEYS = frozenset({"name", "gpus", "port", "tp", "env", *OVERRIDABLE})
-# Role settings the expansion reads (role variable = "sglang_serve_" + key). tasks/validate.yml
-# passes exactly these; tests/unit/serve/test_settings.py holds it, the defaults, the argument
-# spec and the README in step.
-SETTINGS = (
-    "instances",
-    "gpus",
-    "port_base",
-    "allow_insecure_bind",
-    *OVERRIDABLE,
-    "env",
-    "fabric_env",
-    "hf_offline",
-    "cache_dir",
-    "cuda_version",
-    "home",
-    "model_store",
-    "allow_model_outside_store",
-    "cpu_libcuda_stub",
-    "cpu_lib_dir",
-)
 
 
 class ServeConfigError(AnsibleFilterError):  # type: ignore[misc,valid-type]
@@ -127,10 +135,33 @@ def _check_text(value: Any, where: str) -> str:
     return value
 
 
+def _as_bool(value: Any, where: str) -> bool:
+    """A boolean setting as Ansible's ``bool`` filter reads it ("false" from -e is false); null
+    is false, as that filter has it."""
+    if value is None:
+        return False
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise ServeConfigError(f"{where} must be a boolean, got {value!r}") from None
+
+
+def role_settings(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings (SETTINGS) from the role's variables (``sglang_serve_<key>``; ``variables``
+    may be Ansible's lazy ``vars``: only these are read), booleans converted."""
+    settings = {}
+    for key, kind in SETTINGS.items():
+        value = variables.get(f"sglang_serve_{key}")
+        settings[key] = _as_bool(value, f"sglang_serve_{key}") if kind == "bool" else value
+    return settings
+
+
 def _setting(settings: Mapping[str, Any], instance: Mapping[str, Any], key: str) -> tuple[Any, str]:
     """Value of ``key`` for ``instance`` and the name of the variable it came from."""
     if key in instance and instance[key] is not None:
-        return instance[key], f"{instance['__where']}.{key}"
+        where = f"{instance['__where']}.{key}"
+        value = instance[key]
+        return (_as_bool(value, where) if SETTINGS.get(key) == "bool" else value), where
     return settings.get(key), f"sglang_serve_{key}"
 
 
@@ -167,7 +198,7 @@ def _raw_instances(settings: Mapping[str, Any], gpu_count: int) -> list[dict[str
             where = f"sglang_serve_instances[{index}]"
             if not isinstance(item, Mapping):
                 raise ServeConfigError(f"{where} must be a mapping with name and gpus")
-            unknown = sorted(set(item) - INSTANCE_KEYS)
+            unknown = sorted(set(item) - set(INSTANCE_KEYS))
             if unknown:
                 hints = [
                     f"{key} -> {close[0]}"

@@ -26,9 +26,6 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common
     truthy,
 )
 
-# The settings the sglang_serve expansion reads: its own list, so the two never drift.
-SERVE_SETTINGS = serve.SETTINGS
-
 
 def serve_problems(
     host: str, values: Mapping[str, Any], gpu_count: int | None
@@ -36,7 +33,6 @@ def serve_problems(
     """Expand the instances as the sglang_serve role will; a ServeConfigError becomes a problem."""
     if not truthy(values.get("sglang_serve_enabled", True)):
         return [], []
-    settings = {key: values.get(f"sglang_serve_{key}") for key in SERVE_SETTINGS}
     count = values.get("sglang_serve_gpu_count")
     if count is None:
         count = gpu_count
@@ -44,9 +40,9 @@ def serve_problems(
         count = 0  # CPU instances take no GPUs: their checks need no GPU count
     if count is None:
         return [], []
-    try:
+    try:  # the settings as the role reads them (tasks/validate.yml)
         instances = serve.sglang_serve_instances(
-            settings, count, bool(values.get("sglang_serve_api_key"))
+            serve.role_settings(values), count, bool(values.get("sglang_serve_api_key"))
         )
     except serve.ServeConfigError as exc:
         text = str(exc)

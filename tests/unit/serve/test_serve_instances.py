@@ -340,6 +340,7 @@ def test_the_fabric_env_of_a_group_is_applied_and_the_inventory_wins():
 def test_the_filters_wrap_the_library():
     module = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
     assert module.FilterModule().filters() == {
+        "sglang_serve_settings": serve_instances.role_settings,
         "sglang_serve_instances": serve_instances.sglang_serve_instances,
         "sglang_serve_endpoints": serve_instances.sglang_serve_endpoints,
         "sglang_serve_deployed": serve_instances.sglang_serve_deployed,
