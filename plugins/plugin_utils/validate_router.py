@@ -1,13 +1,16 @@
 """The router's inputs: arguments systemd would alter, its bind address without a key, its port.
 
-Part of the validation pass (action ``sglang_lxc_validate``); unit-tested in tests/unit/validate.
+Part of the validation pass (action ``sglang_lxc_validate``), and the role sglang_router's own
+check before any change (``role_problems``, filter sglang_router_problems): one set of rules.
+Unit-tested in tests/unit/validate.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common import (
     problem,
@@ -18,8 +21,13 @@ SYSTEMD_UNSAFE = re.compile(r"[$%;'\"`\\\n\r]")
 
 
 def router_problems(host: str, values: Mapping[str, Any], instances: list) -> list[str]:
+    """A host's router inputs, where it runs a router (``instances``: the host's, resolved)."""
     if not truthy(values.get("sglang_router_enabled", False)):
         return []
+    return input_problems(host, values, instances)
+
+
+def input_problems(host: str, values: Mapping[str, Any], instances: list) -> list[str]:
     out = []
     for var in ("sglang_router_extra_args", "sglang_router_launch_command"):
         for arg in values.get(var) or []:
@@ -30,6 +38,14 @@ def router_problems(host: str, values: Mapping[str, Any], instances: list) -> li
                     "($, %, ;, quotes, backslash, line break)",
                     "pass plain arguments (one list entry each, without those characters)",
                 ))
+    for arg in values.get("sglang_router_extra_args") or []:
+        if re.match(r"--api-key(=|$)", str(arg)):
+            out.append(problem(
+                host, "sglang_router_extra_args", "--api-key",  # not the key itself
+                "carries --api-key: sglang-router takes a key only on its command line, readable "
+                "by any process in /proc/<pid>/cmdline",
+                "leave it out (its health checks need no key)",
+            ))
     for var in ("sglang_router_host", "sglang_router_policy"):
         if SYSTEMD_UNSAFE.search(str(values.get(var, ""))) or " " in str(values.get(var, "")):
             out.append(problem(host, var, values.get(var), "is not a plain word",
@@ -125,3 +141,23 @@ def metrics_port_problems(host: str, values: Mapping[str, Any], port: int,
     return [problem(host, var, metrics, f"{user} uses it too",
                     "give the router's Prometheus endpoint a port of its own")
             for user in users]
+
+
+def role_problems(variables: Mapping[str, Any], host: str) -> list[str]:
+    """The role's check before any change: the same rules, with the workers' URLs
+    (``sglang_router_workers``) for the instances (``variables`` may be Ansible's lazy ``vars``)."""
+    return input_problems(host, variables,
+                          worker_ports(variables.get("sglang_router_workers") or []))
+
+
+def worker_ports(urls: Sequence[str]) -> list[dict[str, Any]]:
+    """Workers as the port checks take instances: named by their URL, with their port."""
+    out = []
+    for url in urls:
+        try:
+            port = urlsplit(str(url)).port
+        except ValueError:
+            port = None
+        if port is not None:
+            out.append({"name": str(url), "port": port})
+    return out
