@@ -21,8 +21,9 @@ description:
   - Changes no output and no result. Objects made later (task results, facts) are collected as
     before, and a frozen object is still freed once nothing refers to it; only a reference cycle
     among frozen objects waits for its process's end.
-  - Measured on the lab (docs/performance.md, eighth round), the no-op rerun of site.yml, 77 tasks,
-    four alternating pairs, controller CPU 4.34 s without it and 3.85 s with it on average.
+  - Measured on the lab (docs/performance.md, "Current figures"), the no-op rerun of site.yml,
+    77 tasks, four alternating pairs, controller CPU 4.34 s without it and 3.85 s with it on
+    average.
 requirements:
   - enable in configuration (callbacks_enabled = sglang_lxc.serving.gc_freeze)
 """
