@@ -3,29 +3,18 @@ callback reach the same modules, and no code imports it under another."""
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.loaders import ROOT, imported_names, python_sources
+
 NAME = "ansible_collections.sglang_lxc.serving.runner"
 
 
-def imported_names(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
-    return names
-
-
 def test_no_code_imports_the_runner_under_another_name():
-    skip = {".venv", ".collections", ".ansible", "build"}
-    sources = [p for p in ROOT.rglob("*.py") if not skip & set(p.relative_to(ROOT).parts)]
+    sources = python_sources(ROOT)
     wrong = {str(p.relative_to(ROOT)): sorted(n for n in imported_names(p)
                                                if n == "sglang_lxc" or n.startswith("sglang_lxc."))
              for p in sources}
