@@ -44,13 +44,13 @@ def quoted_tail(lines: list[str], count: int) -> list[str]:
     last update after a line saying how many were left out: forty shards' updates would
     otherwise push SGLang's own lines out of the quote."""
 
-    def bar(indexed: tuple[int, str]) -> str | int:
+    def progress_bar(indexed: tuple[int, str]) -> str | int:
         match = PROGRESS_BAR.match(indexed[1].strip())
         return match.group("desc") if match else -indexed[0] - 1  # a line of its own
 
     kept: list[str] = []
-    for _, run in itertools.groupby(enumerate(lines), key=bar):
-        run_lines = [line for _, line in run]
+    for _key, run in itertools.groupby(enumerate(lines), key=progress_bar):
+        run_lines = [line for _index, line in run]
         if len(run_lines) > 1:
             left = len(run_lines) - 1
             kept.append(f"({left} earlier update{'s' if left > 1 else ''} of this bar left out)")

@@ -4,6 +4,7 @@ callback reach the same modules, and no code imports it under another."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,19 @@ def test_no_code_imports_the_runner_under_another_name():
     assert not {k: v for k, v in wrong.items() if v}
     callback = imported_names(ROOT / "plugins" / "callback" / "todo.py")
     assert {f"{NAME}.checklist", f"{NAME}.events", f"{NAME}.planner"} <= callback
+
+
+def test_no_play_or_script_runs_it_under_another_name():
+    """``python -m sglang_lxc.lab_model`` in playbooks/lab.yml outlived the rename once."""
+    other = re.compile(r"\bsglang_lxc\.(?!serving\b)[a-z_]+")
+    files = [p for p in (*ROOT.glob("playbooks/**/*.yml"), *ROOT.glob("roles/**/*"),
+                         *ROOT.glob("scripts/*"), *ROOT.glob(".ci/*"), *ROOT.glob("*.yml"),
+                         *ROOT.glob("*.cfg"), *ROOT.glob("*.toml"))
+             if p.is_file()]
+    assert len(files) > 50
+    found = {str(p.relative_to(ROOT)): other.findall(p.read_text(errors="replace"))
+             for p in files}
+    assert not {k: v for k, v in found.items() if v}
 
 
 def test_the_command_runs_the_runner_under_that_name():
