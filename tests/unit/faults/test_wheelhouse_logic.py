@@ -61,13 +61,6 @@ def test_install_argv_for_pip_and_uv_into_a_venv_or_a_prefix():
         whl.wheelhouse_install_argv("pip", "/w", venv="/v", target="/t")
 
 
-
-def test_the_filters_wrap_the_library():
-    module = load_file("wheelhouse_filter", ROOT / "plugins/filter/wheelhouse.py")
-    names = ("wheelhouse_fingerprint", "wheelhouse_download_argv", "wheelhouse_install_argv")
-    assert module.FilterModule().filters() == {n: getattr(whl, n) for n in names}
-
-
 def test_folder_state_lists_what_is_missing_or_cut_short(tmp_path):
     (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"x" * 10)
     (tmp_path / "b-1-py3-none-any.whl").write_bytes(b"x" * 3)  # cut short

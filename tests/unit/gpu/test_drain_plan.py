@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from gpu_helpers import gpu_drain, gpu_drain_plan, gpu_nvml, nvml, trainer_tree
 
-from tests.loaders import ROOT, load_file
-
 KEEP = gpu_drain_plan.DEFAULT_KEEP
 
 
@@ -300,12 +298,3 @@ def test_memory_skip_names_the_first_reason_that_applies(fake_proc):
     assert skip(drain, no_gpu, False, 120, True) == "NVML sees no GPU"
     # check mode wins over everything else: nothing was stopped for real
     assert skip({}, {}, True, 0, False) == "check mode: nothing was stopped"
-
-
-def test_the_filters_wrap_the_library():
-    module = load_file("gpu_drain_filter", ROOT / "plugins/filter/gpu_drain.py")
-    assert module.FilterModule().filters() == {
-        "gpu_drain_memory_state": gpu_drain.memory_state,
-        "gpu_drain_summary": gpu_drain.summary,
-        "gpu_drain_memory_skip": gpu_drain.memory_skip,
-    }

@@ -8,8 +8,6 @@ import pytest
 import yaml
 from gpu_helpers import gpu_nvml, gpu_preflight, nvml, trainer_tree
 
-from tests.loaders import load_file
-
 ROOT = Path(__file__).resolve().parents[3]
 CHECKS = {
     "expected_count": 8,
@@ -265,9 +263,3 @@ def test_libcuda_not_probed_is_skipped(fake_proc):
         )
     )
     assert verdicts["libcuda"]["status"] == "skip"
-
-
-def test_the_filters_wrap_the_library():
-    module = load_file("gpu_preflight_filter", ROOT / "plugins/filter/gpu_preflight.py")
-    names = [f"gpu_preflight_{n}" for n in ("verdicts", "failed", "report", "summary")]
-    assert module.FilterModule().filters() == {n: getattr(gpu_preflight, n) for n in names}

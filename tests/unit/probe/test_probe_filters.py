@@ -13,8 +13,6 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import (
     state_probe_checks as builders,
 )
 
-from tests.loaders import load_file
-
 ROOT = Path(__file__).resolve().parents[3]
 
 DEFAULTS = yaml.safe_load((ROOT / "roles/cuda_toolkit/defaults/main.yml").read_text())
@@ -89,11 +87,6 @@ def test_paths_and_system_root():
                                                system_root="/usr/local/cuda")) == []
 
 
-def test_the_cuda_toolkit_filter_wraps_the_library():
-    module = load_file("cuda_toolkit_filter", ROOT / "plugins/filter/cuda_toolkit.py")
-    assert module.FilterModule().filters() == {"cuda_toolkit_problems": cuda.cuda_toolkit_problems}
-
-
 def test_record_body_matches_what_the_role_wrote_before():
     inputs = {"source": "wheels", "prefix": "/opt/sglang/cuda", "env_file": "/etc/sglang/cuda.env"}
     body = record.deploy_record_body("cuda_toolkit", "deployed", " ", "13.0", inputs)
@@ -129,16 +122,3 @@ def test_builders_of_checks():
     assert builders.probe_paths(["/x"], state="file") == [{"path": "/x", "state": "file"}]
     assert builders.probe_services(["sglang@gpu0.service"]) == [
         {"name": "sglang@gpu0.service", "enabled": True, "active": True}]
-
-
-def test_the_record_and_probe_filters_wrap_the_library():
-    module = load_file("deploy_record_filter", ROOT / "plugins/filter/deploy_record.py")
-    assert module.FilterModule().filters() == {
-        "deploy_record_body": record.deploy_record_body,
-        "deploy_record_concern": record.deploy_record_concern,
-    }
-    module = load_file("state_probe_filter", ROOT / "plugins/filter/state_probe.py")
-    assert module.FilterModule().filters() == {
-        "probe_paths": builders.probe_paths,
-        "probe_services": builders.probe_services,
-    }

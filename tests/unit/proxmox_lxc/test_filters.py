@@ -11,8 +11,6 @@ from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_gpu_
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lxc_spec
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import pct_config as pct
 
-from tests.loaders import load_file
-
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
 
@@ -150,13 +148,3 @@ def test_defaults_merge_under_the_spec():
     merged = lxc_spec.lxc_with_defaults([{"name": "ct9", "vmid": 900, "cores": 4}],
                                   {"cores": 2, "memory": 2048})
     assert merged == [{"cores": 4, "memory": 2048, "name": "ct9", "vmid": 900, "hostname": "ct9"}]
-
-
-def test_the_filters_wrap_the_library():
-    filters = load_file("proxmox_lxc_filters", ROOT / "plugins/filter/proxmox_lxc.py")
-    assert filters.FilterModule().filters() == {
-        "pct_create_args": pct.pct_create_args,
-        "pct_set_args": pct.pct_set_args,
-        "nvidia_passthrough": gpu.nvidia_passthrough,
-        "nvidia_owned_lines": gpu.nvidia_owned_lines,
-    }

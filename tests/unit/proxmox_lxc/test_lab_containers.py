@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils import lab_containers as lab
 
-from tests.loaders import ROOT, load_file
-
 
 def test_every_lab_container_gets_the_node_cache_mounts():
     node = [{"host_path": "/n/wheels", "path": "/var/cache/sglang-lxc/node/wheelhouse",
@@ -20,8 +18,3 @@ def test_every_lab_container_gets_the_node_cache_mounts():
     specs[0]["mounts"][-1]["path"] = "/changed"  # each spec owns its copy
     assert specs[1]["mounts"][-1]["path"] == "/var/cache/sglang-lxc/node/uv"
     assert len(lab.lab_containers(1, "/lab")[0]["mounts"]) == 3
-
-
-def test_the_filter_wraps_the_library():
-    filters = load_file("lab_filter", ROOT / "plugins/filter/lab.py")
-    assert filters.FilterModule().filters() == {"lab_containers": lab.lab_containers}

@@ -9,8 +9,6 @@ import re
 import pytest
 from serve_helpers import ROOT, serve_instances
 
-from tests.loaders import load_file
-
 expand = serve_instances.sglang_serve_instances
 Error = serve_instances.ServeConfigError
 
@@ -335,14 +333,3 @@ def test_the_fabric_env_of_a_group_is_applied_and_the_inventory_wins():
     (untouched,) = expand(settings(instances=[{"name": "other", "gpus": [0, 1]}],
                                    fabric_env=fabric), 8)
     assert "NCCL_P2P_DISABLE" not in untouched["env"]
-
-
-def test_the_filters_wrap_the_library():
-    module = load_file("sglang_serve_filter", ROOT / "plugins/filter/sglang_serve.py")
-    assert module.FilterModule().filters() == {
-        "sglang_serve_settings": serve_instances.role_settings,
-        "sglang_serve_instances": serve_instances.sglang_serve_instances,
-        "sglang_serve_endpoints": serve_instances.sglang_serve_endpoints,
-        "sglang_serve_deployed": serve_instances.sglang_serve_deployed,
-        "sglang_serve_describe": serve_instances.sglang_serve_describe,
-    }

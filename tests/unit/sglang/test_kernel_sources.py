@@ -129,8 +129,3 @@ def test_rewrites_are_gits_own_insteadof():
         "GIT_CONFIG_VALUE_0": "https://github.com/",
     }
     assert sources.options_off(ARGS) == ["ENABLE_BELOW_SM90", "SGL_KERNEL_ENABLE_FA3"]
-
-
-def test_the_filter_wraps_the_library():
-    module = load_file("git_rewrites_filter", ROOT / "plugins/filter/git_rewrites.py")
-    assert module.FilterModule().filters() == {"git_url_rewrite_env": rewrites.git_url_rewrite_env}
