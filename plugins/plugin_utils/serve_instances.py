@@ -18,7 +18,6 @@ Unit-tested in tests/unit/serve.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import json
 import posixpath
 import re
@@ -27,6 +26,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.prometheus_targets import (
+    is_loopback,  # the one reading of a loopback address (brackets, any case)
+)
 
 INSTANCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -94,16 +96,6 @@ SECRET_OPTIONS = ("--api-key", "--admin-api-key")
 
 class ServeConfigError(AnsibleFilterError):  # type: ignore[misc,valid-type]
     """Invalid sglang_serve input; the message names the variable."""
-
-
-def is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def probe_host(host: str) -> str:

@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.prometheus_targets import (
+    is_loopback,
+)
 from ansible_collections.sglang_lxc.serving.plugins.plugin_utils.validate_common import (
     problem,
     truthy,
@@ -51,7 +54,7 @@ def input_problems(host: str, values: Mapping[str, Any], instances: list) -> lis
             out.append(problem(host, var, values.get(var), "is not a plain word",
                                "use a plain value (an address, a policy name)"))
     rhost = values.get("sglang_router_host", "127.0.0.1")
-    if rhost not in ("127.0.0.1", "::1", "localhost") and not truthy(
+    if not is_loopback(str(rhost)) and not truthy(
         values.get("sglang_router_allow_insecure_bind", False)
     ):
         out.append(
