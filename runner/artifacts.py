@@ -14,9 +14,23 @@ LATEST = "latest"
 
 
 def new_run_id(playbook: Path) -> str:
-    """``20261130T043728Z-site-3f9a``: sorts by time, says which playbook, never collides."""
+    """``20261130T043728Z-site-3f9a``: sorts by time, says which playbook; two runs of one
+    second may draw the same one (1 in 65,536), so a run's folder comes from new_run_dir."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{playbook.stem}-{secrets.token_hex(2)}"
+
+
+def new_run_dir(root: Path, playbook: Path) -> Path:
+    """A new folder under root, named by new_run_id and made here: a name another run took
+    first draws again, so two runs never share a folder."""
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        run_dir = root / new_run_id(playbook)
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            continue
+        return run_dir
 
 
 def mark_latest(root: Path, run_dir: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import ansible_runner
 
 from . import procs
-from .artifacts import mark_latest, new_run_id
+from .artifacts import mark_latest, new_run_dir
 from .checklist import Checklist, ExitCode, RunInfo, now_iso
 from .errors import RunError
 from .events import ChecklistReducer
@@ -168,9 +168,8 @@ class RunSession:
             raise RunError(f"playbook not found: {options.playbook}")
         self.inventories = [_inventory_source(i) for i in options.inventories]
         self.root = Path(options.artifacts).resolve()
-        self.run_id = new_run_id(self.playbook)
-        self.run_dir = self.root / self.run_id
-        self.run_dir.mkdir(parents=True, exist_ok=False)
+        self.run_dir = new_run_dir(self.root, self.playbook)
+        self.run_id = self.run_dir.name
         self.lock = threading.Lock()
         self.checklist = Checklist(run=RunInfo(
             id=self.run_id, playbook=str(self.playbook), artifact_dir=str(self.run_dir),

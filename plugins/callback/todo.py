@@ -110,8 +110,7 @@ class CallbackModule(CallbackBase):
             root = None
         else:
             root = Path(self.get_option("artifacts_dir")).resolve()
-            self.run_dir = root / artifacts.new_run_id(Path(playbook))
-            self.run_dir.mkdir(parents=True, exist_ok=False)
+            self.run_dir = artifacts.new_run_dir(root, Path(playbook))
         runner_pid = os.environ.get("SGLANG_LXC_RUNNER_PID", "")
         self.checklist.run = RunInfo(
             id=self.run_dir.name, playbook=playbook, artifact_dir=str(self.run_dir),

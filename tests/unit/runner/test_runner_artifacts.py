@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+from ansible_collections.sglang_lxc.serving.runner import artifacts
 from ansible_collections.sglang_lxc.serving.runner.artifacts import (
     LATEST,
     find_run,
@@ -26,8 +28,17 @@ def make_run(root: Path, name: str, mtime: float) -> Path:
 
 def test_run_ids_sort_by_time_and_name_the_playbook():
     run_id = new_run_id(Path("/x/site.yml"))
-    assert run_id[8] == "T" and run_id[15] == "Z" and "-site-" in run_id
-    assert new_run_id(Path("site.yml")) != new_run_id(Path("site.yml"))
+    assert re.fullmatch(r"\d{8}T\d{6}Z-site-[0-9a-f]{4}", run_id), run_id
+
+
+def test_a_run_id_drawn_twice_gets_a_folder_of_its_own(tmp_path, monkeypatch):
+    drawn = iter(["20261207T200000Z-site-3f9a", "20261207T200000Z-site-3f9a",
+                  "20261207T200000Z-site-77c0"])
+    monkeypatch.setattr(artifacts, "new_run_id", lambda playbook: next(drawn))
+    first = artifacts.new_run_dir(tmp_path / "runs", Path("site.yml"))
+    second = artifacts.new_run_dir(tmp_path / "runs", Path("site.yml"))
+    assert first.name == "20261207T200000Z-site-3f9a" and first.is_dir()
+    assert second.name == "20261207T200000Z-site-77c0" and second.is_dir()
 
 
 def test_latest_link_wins_then_the_newest_run(tmp_path):
