@@ -6,7 +6,8 @@ Run after a deploy: pytest tests/infra/test_proxmox_lxc.py --hosts=ansible://all
 
 
 def test_systemd_is_running(host):
-    state = host.run("systemctl is-system-running").stdout.strip()
+    # --wait: just after a start systemd says "starting" until its boot jobs are done
+    state = host.run("timeout 300 systemctl is-system-running --wait").stdout.strip()
     assert state in ("running", "degraded"), state
     assert host.process.get(pid=1).comm == "systemd"
 

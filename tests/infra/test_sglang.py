@@ -36,8 +36,14 @@ def py(host, venv: str, code: str):
 
 
 def installed(host, venv: str, dist: str) -> str | None:
-    res = py(host, venv, f"import importlib.metadata as m; print(m.version({dist!r}))")
-    return res.stdout.strip() if res.rc == 0 else None
+    """The distribution's version, or None where the venv does not hold it. Any other failure
+    (ssh, a broken venv, bad metadata) fails the check rather than skipping it."""
+    res = py(host, venv, "import importlib.metadata as m\n"
+                         f"try:\n    print(m.version({dist!r}))\n"
+                         "except m.PackageNotFoundError:\n    print('<none>')")
+    assert res.rc == 0, f"{venv}: cannot read {dist}'s metadata: {res.stderr}"
+    version = res.stdout.strip()
+    return None if version == "<none>" else version
 
 
 def test_venv_python_runs(host, venv):

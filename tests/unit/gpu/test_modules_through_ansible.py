@@ -56,6 +56,9 @@ def test_nvml_facts_without_a_driver():
 
 
 def test_gpu_drain_stop_check_mode_with_nothing_holding_the_gpus():
+    if Path("/dev/nvidiactl").exists():
+        # this machine's real /proc is read: any process here may hold a GPU now
+        pytest.skip("this machine has NVIDIA devices (tests/gpu drains on a device)")
     status, res, err = adhoc(
         "gpu_drain_stop", {"gpu_holders": True, "grace_seconds": 5}, check=True
     )

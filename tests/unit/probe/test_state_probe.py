@@ -373,15 +373,18 @@ def test_http_answers_of_the_hosts_own_services():
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
     base = f"http://127.0.0.1:{server.server_port}"
-    try:
-        urls = [f"{base}/workers", f"{base}/text", f"{base}/busy", f"http://127.0.0.1:{closed}/"]
-        result = sp.answer([], http=[{"url": u, "timeout": 5} for u in urls])
-    finally:
-        server.shutdown()
+    # a port held, bound and not listening, for the whole request: refused, and no other
+    # process can start listening on it in between
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        closed = held.getsockname()[1]
+        try:
+            urls = [f"{base}/workers", f"{base}/text", f"{base}/busy",
+                    f"http://127.0.0.1:{closed}/"]
+            result = sp.answer([], http=[{"url": u, "timeout": 5} for u in urls])
+        finally:
+            server.shutdown()
     http = result["http"]
     assert all(answer.pop("elapsed") >= 0 for answer in http.values())
     assert http[urls[0]] == {"status": 200, "msg": "",
@@ -431,4 +434,4 @@ def test_http_post_of_a_json_body_with_headers_under_a_name():
     ]
     assert result["http"]["a"]["status"] == 200 and result["http"]["b"]["status"] == 401
     assert result["http"]["a"]["json"] == {"choices": [{"text": "x"}]}
-    assert 0 <= result["http"]["a"]["elapsed"] < 5
+    assert isinstance(result["http"]["a"]["elapsed"], float) and result["http"]["a"]["elapsed"] >= 0

@@ -19,8 +19,10 @@ import hashlib
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -80,24 +82,35 @@ def sha256(path: Path) -> str:
 
 def wheel(name: str) -> Path:
     """The lock's wheel of ``name``: from the cache when its sha256 matches, else pip download
-    --no-deps (binary only, the lock's Python and platforms); its sha256 must be the lock's."""
+    --no-deps (binary only, the lock's Python and platforms); its sha256 must be the lock's.
+    A download goes to a folder of its own and is renamed into the cache once its sha256 is
+    checked, so a run beside this one never reads a half-written wheel."""
     version, want = lock_pins()[name]
     folder = CACHE / f"{name}-{version}"
     folder.mkdir(parents=True, exist_ok=True)
     for found in folder.glob("*.whl"):
         if sha256(found) == want:
             return found
+    aside = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
+    try:
+        return _download(name, version, want, aside, folder)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _download(name: str, version: str, want: str, aside: Path, folder: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--isolated", "--disable-pip-version-check",
            "--no-input", "--progress-bar", "off", "--no-deps", "--only-binary=:all:",
-           "--dest", str(folder), "--python-version", lock_stack.DEFAULT_PYTHON,
+           "--dest", str(aside), "--python-version", lock_stack.DEFAULT_PYTHON,
            "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none",
            *[f"--platform={p}" for p in lock_stack.DEFAULT_PLATFORMS], f"{name}=={version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    matching = [w for w in folder.glob("*.whl") if sha256(w) == want]
+    matching = [w for w in aside.glob("*.whl") if sha256(w) == want]
     assert matching, (f"{name}=={version}: no downloaded wheel has the lock's sha256 {want}: "
-                      f"{[w.name for w in folder.glob('*.whl')]}")
-    return matching[0]
+                      f"{[w.name for w in aside.glob('*.whl')]}")
+    os.replace(matching[0], folder / matching[0].name)
+    return folder / matching[0].name
 
 
 @pytest.fixture(scope="module")
