@@ -15,7 +15,9 @@ description:
     C(memory.limit_in_bytes), C(memory.usage_in_bytes)) of the calling process, the CPU
     affinity mask, and C(/proc/meminfo) (which lxcfs rewrites inside an LXC container).
   - C(cpus) is the smallest of affinity, cpuset and the CFS quota; C(mem_available_bytes) is the
-    smaller of MemAvailable and the cgroup limit minus current usage. Never changes anything.
+    smaller of MemAvailable and the cgroup limit minus its working set (current usage less the
+    inactive file pages of C(memory.stat), which the kernel reclaims first: the page cache of a
+    model read once does not hold a build to one job). Never changes anything.
 options:
   root:
     description: Filesystem root the C(/proc) and C(/sys) paths are read under (for tests).
@@ -101,6 +103,17 @@ def parse_meminfo(text):
         if fields and fields[0].isdigit():
             values[key.strip()] = int(fields[0]) * 1024
     return values.get("MemAvailable", values.get("MemFree"))
+
+
+def inactive_file(text):
+    """Inactive file pages of a memory.stat, in bytes: cgroup v1's hierarchical
+    total_inactive_file, else inactive_file (v2 counts the subtree); 0 when absent."""
+    values = {}
+    for line in (text or "").splitlines():
+        key, _space, value = line.partition(" ")
+        if value.strip().isdigit():
+            values[key] = int(value)
+    return values.get("total_inactive_file", values.get("inactive_file", 0))
 
 
 def _limit(text):
@@ -226,8 +239,10 @@ def probe(root="/", affinity=None):
         limit = _limit(_read(os.path.join(d, limit_name)))
         if limit is not None:
             usage = _limit(_read(os.path.join(d, usage_name))) or 0
-            headroom.append(max(0, limit - usage))
+            reclaimable = min(usage, inactive_file(_read(os.path.join(d, "memory.stat"))))
+            headroom.append(max(0, limit - (usage - reclaimable)))
             sources.setdefault("cgroup_limit_bytes", limit)
+            sources.setdefault("cgroup_inactive_file_bytes", reclaimable)
     if headroom:
         mem_candidates["cgroup"] = min(headroom)
     if not mem_candidates:

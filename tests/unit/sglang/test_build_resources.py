@@ -54,6 +54,35 @@ def test_cgroup_v1_limit_below_meminfo(tmp_path):
     assert out["sources"]["cgroup"] == "v1"
 
 
+def test_page_cache_the_kernel_reclaims_first_is_available(tmp_path):
+    """A container that read a model once: its cgroup's usage is mostly inactive file pages.
+    The working set (usage less those) is what a build cannot have; the rest it can."""
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "meminfo").write_text(f"MemAvailable: {60 * 1024 * 1024} kB\n")
+    (tmp_path / "proc" / "self" / "cgroup").write_text("0::/lxc/230\n")
+    cg = tmp_path / "sys" / "fs" / "cgroup" / "lxc" / "230"
+    cg.mkdir(parents=True)
+    (tmp_path / "sys" / "fs" / "cgroup" / "cgroup.controllers").write_text("cpu memory\n")
+    (cg / "memory.max").write_text(str(16 * GIB))
+    (cg / "memory.current").write_text(str(15 * GIB))
+    (cg / "memory.stat").write_text(f"anon {2 * GIB}\nfile {13 * GIB}\nactive_file {GIB}\n"
+                                    f"inactive_file {12 * GIB}\n")
+    out = res.probe(str(tmp_path), affinity=2)
+    assert out["mem_available_bytes"] == 13 * GIB  # 16 - (15 - 12)
+    assert out["sources"]["cgroup_inactive_file_bytes"] == 12 * GIB
+    (cg / "memory.stat").write_text("anon 1\n")  # none reclaimable: limit - usage, as before
+    assert res.probe(str(tmp_path), affinity=2)["mem_available_bytes"] == GIB
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("inactive_file 4096\nactive_file 8192\n", 4096),
+    ("cache 1\ninactive_file 10\ntotal_inactive_file 30\n", 30),  # v1: the subtree
+    ("", 0), (None, 0), ("inactive_file x\n", 0),
+])
+def test_inactive_file(text, expected):
+    assert res.inactive_file(text) == expected
+
+
 def test_v1_unlimited_uses_meminfo(tmp_path):
     (tmp_path / "proc" / "self").mkdir(parents=True)
     (tmp_path / "proc" / "meminfo").write_text(f"MemAvailable: {8 * 1024 * 1024} kB\n")
