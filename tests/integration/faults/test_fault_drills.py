@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -387,6 +388,14 @@ def test_kill_9_of_the_installer_and_the_controller_mid_install(ct):
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 
 
+def ssh_listens(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def module_at_lock(ct) -> bool:
     """A Python (the install's module) has the install lock open: it waits for it."""
     out = sh(ct, f"for p in /proc/[0-9]*; do if ls -l $p/fd 2>/dev/null | grep -q -- '{LOCK}'; "
@@ -425,6 +434,9 @@ def test_reboot_mid_role_fails_the_run_saying_why_and_keeps_the_old_venv(ct, tmp
     print("reboot drill: todo.json says " + " | ".join(i["message"] for i in failed))
     assert failed and all(not i["message"].rstrip().endswith(":") for i in failed), failed
     assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
+    # pct reboot returns once the container runs; the rerun needs its sshd: the boot's jobs done
+    ct.exec("timeout", "300", "systemctl", "is-system-running", "--wait", check=False)
+    assert wait_for(lambda: ssh_listens(ADDRESS), 120, 1), f"{ADDRESS}:22 did not come back"
     assert sh(ct, f"readlink -f {VENV}") == old  # the interrupted switch left the old venv
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 
@@ -469,6 +481,8 @@ def test_network_cut_during_a_task_is_survived(ct):
     hold_lock(ct)
     run = Run(ct, ct.drill_vars(target, sglang_stack_lock_wait=300))
     assert wait_for(run.install_task_started, 300, 1), run.output[-3000:]
+    # the module runs in the container, waiting at the held lock: its session is open
+    assert wait_for(lambda: module_at_lock(ct), 300, 0.5), run.output[-3000:]
     subprocess.run(["ip", "link", "set", veth, "down"], check=True)
     try:
         time.sleep(25)  # shorter than the keep-alive's 60 s: the connection must survive it

@@ -260,8 +260,12 @@ def test_check_mode_on_a_drained_host_reports_no_change(ct):
 
 
 def test_sigterm_ignored_is_left_running_without_force(ct):
-    sh(ct, "systemctl start stubborn")
+    sh(ct, "rm -f /run/gpu-test-stubborn.started; systemctl start stubborn")
     pid = int(sh(ct, "systemctl show -p MainPID --value stubborn"))
+    # a SIGTERM before its handler is set would end it: the drain starts once it ignores them
+    wait_for("stubborn to ignore SIGTERM",
+             lambda: sh(ct, "cat /run/gpu-test-stubborn.started 2>/dev/null", check=False)
+             == str(pid))
     result = ct.run_playbook(
         DRAIN, extra_vars={"gpu_drain_units": ["stubborn"], "gpu_drain_grace_seconds": 3}
     )

@@ -165,7 +165,7 @@ def test_example_inventory_needs_only_its_node_and_a_key(tmp_path):
     With a key, the only problem left is that kpro6 (192.0.2.10) is not reachable from here."""
     example = LAB_INVENTORY.parent / "example"
     result = ansible_playbook("playbooks/validate.yml", example, check=True,
-                              env={"HOME": str(tmp_path)}, timeout=120)
+                              env={"HOME": str(tmp_path)}, timeout=300)
     flat = " ".join(result.output.split())
     assert result.rc != 0, str(result)
     assert ("kpro6: proxmox_lxc_ssh_public_key: the controller cannot read the SSH public key "
@@ -175,7 +175,7 @@ def test_example_inventory_needs_only_its_node_and_a_key(tmp_path):
     (tmp_path / ".ssh").mkdir()
     (tmp_path / ".ssh/id_ed25519.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI test\n")
     result = ansible_playbook("playbooks/validate.yml", example, check=True,
-                              env={"HOME": str(tmp_path)}, timeout=120)
+                              env={"HOME": str(tmp_path)}, timeout=300)
     assert "(1 problem(s); nothing was changed)" in result.output, str(result)
     assert "kpro6: ansible_host = '192.0.2.10': unreachable" in " ".join(result.output.split())
 

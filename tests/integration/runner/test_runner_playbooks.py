@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -184,12 +185,18 @@ def test_interrupt_leaves_an_accurate_checklist(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[str] = []
     deadline = time.monotonic() + 120
+    # a runner that wedged without a line would block the read below: it is killed (the test
+    # then fails on what it printed) rather than left to hang the suite
+    watchdog = threading.Timer(600, proc.kill)
+    watchdog.start()
     assert proc.stdout is not None
     for line in proc.stdout:
         seen.append(line)
         if line.startswith("[in_progress]") and "Long build on alpha" in line:
             break
         assert time.monotonic() < deadline, "".join(seen)
+    else:
+        pytest.fail("the run ended before the long build started:\n" + "".join(seen))
     # inside `sleep 60`: the task's command runs, a process of this run
     while descendant_running(proc.pid, ["sleep", "60"]) is None:
         assert time.monotonic() < deadline, "".join(seen)
@@ -197,6 +204,7 @@ def test_interrupt_leaves_an_accurate_checklist(tmp_path):
     proc.send_signal(signal.SIGINT)
     # a deadline only: the checklist below tells an interrupted run from one that waited
     rest, _ = proc.communicate(timeout=300)
+    watchdog.cancel()
     result = finished(tmp_path, proc.returncode, "".join(seen) + rest)
     assert result.rc == 130, result.output
     items = result.items
