@@ -649,10 +649,9 @@ def test_a_killed_scheduler_leaves_rotation_and_a_rerun_in_auto_restart_converge
         **client.summary(),
     }
     FIGURES["killed_scheduler"] = figures
-    # out by the router's own timers; back once it answered its own /health (how soon is a
-    # figure: it adds a routed request, whose time the busy cores set)
+    # out by the router's own timers (back, above, once it answered its own /health: how soon
+    # is a figure, as it adds a routed request, whose time the busy cores set)
     assert figures["left_rotation_s"] <= LEAVE_BOUND_S, figures
-    assert figures["back_after_own_health_s"] > 0, figures
     assert figures["failed_after_run"] == 0, figures
 
 
