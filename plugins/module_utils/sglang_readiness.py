@@ -36,24 +36,38 @@ TERMINAL_BAD = ("crashed", "hung")
 # journald holds the updates (tqdm ends them with \r) until a newline or the stream's end, so a
 # load killed mid-way leaves one line per update after systemd's own exit lines.
 PROGRESS_BAR = re.compile(r"^(?P<desc>.*?):\s+\d{1,3}%(?:\s*Completed)?\s*\|")
+# systemd's line for each process of a unit it signals ("systemctl kill" sends to every process
+# of the cgroup; a stop's timeout kills what is left): an SGLang start has a dozen and more
+SYSTEMD_SIGNAL = re.compile(
+    r"^(?P<unit>\S+): (?:Sending signal (?P<sent>SIG\w+) to process \d+ \(.*\)"
+    r"(?P<why> on client request)?|Killing process \d+ \(.*\) with signal (?P<killed>SIG\w+))\.$")
 
 
 # --------------------------------------------------------------------------- pure logic
 def quoted_tail(lines: list[str], count: int) -> list[str]:
-    """The last ``count`` lines to quote, each run of one progress bar's updates cut to its
-    last update after a line saying how many were left out: forty shards' updates would
-    otherwise push SGLang's own lines out of the quote."""
+    """The last ``count`` lines to quote, each run of one progress bar's updates, and each run
+    of systemd's lines for one signal to a unit's processes, cut to its last line after a line
+    saying how many were left out: forty shards' updates, or a SIGKILL to seventeen processes,
+    would otherwise push SGLang's own lines out of the quote."""
 
-    def progress_bar(indexed: tuple[int, str]) -> str | int:
-        match = PROGRESS_BAR.match(indexed[1].strip())
-        return match.group("desc") if match else -indexed[0] - 1  # a line of its own
+    def kind(indexed: tuple[int, str]) -> tuple:
+        line = indexed[1].strip()
+        if match := PROGRESS_BAR.match(line):
+            return ("bar", match.group("desc"))
+        if match := SYSTEMD_SIGNAL.match(line):
+            return ("signal", match.group("unit"), match.group("sent"), match.group("why"),
+                    match.group("killed"))
+        return ("line", indexed[0])  # a line of its own
 
     kept: list[str] = []
-    for _key, run in itertools.groupby(enumerate(lines), key=progress_bar):
+    for key, run in itertools.groupby(enumerate(lines), key=kind):
         run_lines = [line for _index, line in run]
-        if len(run_lines) > 1:
-            left = len(run_lines) - 1
+        left = len(run_lines) - 1
+        if left and key[0] == "bar":
             kept.append(f"({left} earlier update{'s' if left > 1 else ''} of this bar left out)")
+        elif left:
+            kept.append(f"({left} earlier line{'s' if left > 1 else ''} like the next, one per "
+                        "process, left out)")
         kept.append(run_lines[-1])
     return kept[-count:] if count > 0 else []
 

@@ -16,8 +16,8 @@ description:
     affinity mask, and C(/proc/meminfo) (which lxcfs rewrites inside an LXC container).
   - C(cpus) is the smallest of affinity, cpuset and the CFS quota; C(mem_available_bytes) is the
     smaller of MemAvailable and the cgroup limit minus its working set (current usage less the
-    inactive file pages of C(memory.stat), which the kernel reclaims first: the page cache of a
-    model read once does not hold a build to one job). Never changes anything.
+    inactive file pages of C(memory.stat), which the kernel reclaims first; so the page cache
+    of a model read once does not hold a build to one job). Never changes anything.
 options:
   root:
     description: Filesystem root the C(/proc) and C(/sys) paths are read under (for tests).

@@ -750,13 +750,40 @@ def test_a_quoted_tail_keeps_one_update_of_each_progress_bar():
     quoted = readiness.quoted_tail(earlier + killed, 20)
     assert quoted == [
         *earlier,
-        *killed[:4],  # systemd's exit lines, then the blank line journald ended the stream with
+        killed[0],  # systemd's exit line, its kills (one per process), the blank line journald
+        "(1 earlier line like the next, one per process, left out)",  # ended the stream with
+        *killed[2:4],
         "(14 earlier updates of this bar left out)",
         "Multi-thread loading shards:  35% Completed | 14/40 [00:53<01:08,  2.63s/it]",
         "sglang@cpu0.service: Failed with result 'signal'.",
     ]
     assert readiness.quoted_tail(earlier + killed, 3) == quoted[-3:]
     assert readiness.quoted_tail(killed, 0) == []
+
+
+def test_systemds_line_for_each_signalled_process_is_quoted_once():
+    """CI on 53d7f62: `systemctl kill -s KILL` of a loading unit logged one line per process
+    (17), then the exit and two more kills, and the 20 quoted lines held nothing of SGLang's."""
+    killed = (Path(__file__).parent / "recordings"
+              / "journal_killed_each_process_signalled.log").read_text().splitlines()
+    earlier = ["Load weight begin. avail mem=20.00 GB",
+               "Using model weights format ['*.safetensors']"]
+    quoted = readiness.quoted_tail(earlier + killed, 20)
+    assert quoted == [
+        *earlier,
+        "(16 earlier lines like the next, one per process, left out)",
+        killed[16],  # the last "Sending signal SIGKILL to process ... on client request."
+        "sglang@cpu0.service: Main process exited, code=killed, status=9/KILL",
+        "(1 earlier line like the next, one per process, left out)",
+        "sglang@cpu0.service: Killing process 895 (sglang::schedul) with signal SIGKILL.",
+    ]
+    # another unit's, another signal's, or a stop's (no "on client request") lines are runs of
+    # their own
+    lines = ["a.service: Sending signal SIGTERM to process 1 (x) on client request.",
+             "a.service: Sending signal SIGKILL to process 2 (x) on client request.",
+             "b.service: Sending signal SIGKILL to process 3 (x) on client request.",
+             "b.service: Sending signal SIGKILL to process 4 (x)."]
+    assert readiness.quoted_tail(lines, 20) == lines
 
 
 def test_only_a_run_of_one_bar_is_cut():
