@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -362,3 +363,15 @@ def fit_scenario(folder: Path, weights_bytes: int | None = None
     env = {"PYTHONPATH": str(REPO / "tests/standins/pynvml_recorded"),
            "FAKE_PYNVML_RECORDING": str(FIT_RECORDING)}
     return path, store, env
+
+
+def wait_for_ssh(ip: str, timeout: float = 120) -> None:
+    """Until the container's sshd accepts a connection (after a start or a reboot)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((ip, 22), timeout=2):
+                return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"{ip}:22 did not come back")

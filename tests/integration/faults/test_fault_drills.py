@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lablib import REPO, VENV_BIN, lab_env, lab_root, node_cache_mounts
+from tests.lablib import REPO, VENV_BIN, lab_env, lab_root, node_cache_mounts, wait_for_ssh
 
 pytestmark = pytest.mark.lab
 
@@ -388,14 +387,6 @@ def test_kill_9_of_the_installer_and_the_controller_mid_install(ct):
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 
 
-def ssh_listens(address: str) -> bool:
-    try:
-        with socket.create_connection((address, 22), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def module_at_lock(ct) -> bool:
     """A Python (the install's module) has the install lock open: it waits for it."""
     out = sh(ct, f"for p in /proc/[0-9]*; do if ls -l $p/fd 2>/dev/null | grep -q -- '{LOCK}'; "
@@ -436,7 +427,7 @@ def test_reboot_mid_role_fails_the_run_saying_why_and_keeps_the_old_venv(ct, tmp
     assert wait_for(lambda: ct.exec("true", check=False).returncode == 0, 120, 2)
     # pct reboot returns once the container runs; the rerun needs its sshd: the boot's jobs done
     ct.exec("timeout", "300", "systemctl", "is-system-running", "--wait", check=False)
-    assert wait_for(lambda: ssh_listens(ADDRESS), 120, 1), f"{ADDRESS}:22 did not come back"
+    wait_for_ssh(ADDRESS)
     assert sh(ct, f"readlink -f {VENV}") == old  # the interrupted switch left the old venv
     assert_recovers(ct, target, old_venv=f"{RELEASES}/previous")
 

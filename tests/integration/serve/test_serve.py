@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ import pytest
 import yaml
 
 from tests.infra.cmdline_scan import CMDLINE_SCAN
-from tests.lablib import ansible_playbook, lab_root, pct
+from tests.lablib import ansible_playbook, lab_root, pct, wait_for_ssh
 from tests.loaders import ROOT
 
 pytestmark = pytest.mark.lab
@@ -884,17 +883,6 @@ def init_started(ct) -> str:
     kernel's boot_id is the host's: the same across a container's reboot.)"""
     done = ct.exec("sh", "-c", "sed 's/^.*) //' /proc/1/stat | cut -d' ' -f20", check=False)
     return done.stdout.strip() if done.returncode == 0 else ""
-
-
-def wait_for_ssh(ip: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with socket.create_connection((ip, 22), timeout=2):
-                return
-        except OSError:
-            time.sleep(2)
-    raise AssertionError(f"{ip}:22 did not come back")
 
 
 def test_reboot_brings_every_instance_and_the_router_back_healthy(ct):
