@@ -143,7 +143,9 @@ def lab_clone(golden_template, lab_container):
 # serving file far down). A worker takes the next file in this order whenever two or fewer of
 # its tests are left. The real-engine serving file (about 830 s of SGLang instance starts in one
 # container, CI 2026-12-04) bounds the run's wall time, so it starts at once; the other lab
-# files follow longest first (seconds in that run), then the rest in collection order.
+# files follow longest first (seconds in that run), then the lock's resolution (the longest
+# unit file: last, it ran alone for its 41 s at the end of CI on 38b6e36, 2026-12-08), then the
+# rest in collection order, many short files that even out the workers' ends.
 FILE_ORDER = (
     "tests/integration/serve/",                           # 830 s
     "tests/integration/faults/",                          # 343 s
@@ -152,8 +154,8 @@ FILE_ORDER = (
     "tests/integration/gpu/",                             # 187 s
     "tests/integration/jit/",                             # 176 s
     "tests/integration/proxmox_lxc/test_clone.py",        # 149 s
-    "tests/integration/",                                 # 10-80 s each
     "tests/unit/sglang/test_lock_stack.py",               # 64 s
+    "tests/integration/",                                 # 10-80 s each
 )
 
 
