@@ -277,10 +277,11 @@ SERVE_VARS = {
     "sglang_serve_served_model_name": MODEL,
     "sglang_serve_extra_args": ["--max-total-tokens", "4096"],
     "sglang_serve_api_key": SERVE_KEY,
-    # a report every 4 s plus one module round trip. Not 8 (tried to save rounds' CPU): a rate's
-    # 10 s window then lies in the module's own quiet polling and misses the round's controller
-    # work between reports, which slows the loader on busy cores; beside two busy loops the
-    # rates read 26% above what was read between the reports (issue 44, 2026-12-08)
+    # a report every 4 s plus one module round trip. Not 8 (tried to save rounds' CPU): beside
+    # two busy loops the rates then read 26% above what was read between reports up to 62 s
+    # apart (issue 44, 2026-12-08). Likely because a rate's 10 s window then lies in the
+    # module's own quiet polling, not in the round's controller work between reports, which
+    # slows the loader on busy cores
     "sglang_serve_report_interval": 4,
     # a start imports torch and SGLang in three processes before the weights: minutes on two
     # busy cores, moving
